@@ -1,0 +1,39 @@
+# Fresh machine: `make demo` (main job, embedded device models) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+KVBED  := $(VENV)/bin/kvbed
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
+DEMO_DIR ?= results/demo
+
+.PHONY: demo test test-fast host-setup venv bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# The main job on the embedded default (no VM, no downloads).
+demo: venv
+	$(KVBED) trace synth -o $(DEMO_DIR)/sample.parquet
+	$(KVBED) trace stats $(DEMO_DIR)/sample.parquet
+
+# System packages (QEMU 10 from bookworm-backports, image tools), then every test.
+host-setup:
+	scripts/setup_host.sh
+
+test: host-setup venv
+	$(PY) -m pytest -q
+
+# Everything but the VM suite (no root, no QEMU needed).
+test-fast: venv
+	$(PY) -m pytest -q -m "not vm"
+
+bench: venv
+	for b in scripts/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache results/demo

@@ -1,0 +1,385 @@
+"""KV lifecycle trace format, version 1: the single source of truth.
+
+A trace is a Parquet file, one row per lifecycle event, sorted by ``ts_ns``.
+Strings (op, tier, tenant, scope, kind) are dictionary-encoded; compression is
+zstd. File-level facts live in the Arrow schema metadata under the key ``kvbed``
+as JSON (see :class:`TraceMeta`).
+
+Event semantics (``tier`` is where the event happens):
+
+=========== ==================================================================
+create      the object's KV is being produced in ``tier`` (prefill started)
+commit      the object is complete and may be shared (prefill of its tokens done)
+persist     a copy is written into ``tier`` (offload to CPU/CXL, write to SSD)
+load        the object is read from ``tier`` into a faster tier
+hit         the object is reused in place in ``tier`` (prefix-cache hit)
+transform   a derived object (quantized, compressed, ...) is made; parent_id = source
+invalidate  the copy in ``tier`` becomes stale (model/adapter version change)
+evict       the copy in ``tier`` is dropped for capacity
+delete      the object ends everywhere; its id is never used again
+recover     the object is rebuilt in ``tier`` after a loss (recompute or parity)
+=========== ==================================================================
+
+In memory, readers and writers exchange :class:`EventBatch` objects: a dict of
+numpy columns with enums as small integer codes (index into OPS/TIERS/KINDS)
+and tenant/scope as integer codes into the trace's string tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from testbed.errors import KvbedError
+
+FORMAT_NAME = "kvbed-lifecycle"
+FORMAT_VERSION = 1
+META_KEY = b"kvbed"
+
+OPS = ("create", "commit", "persist", "load", "hit", "transform", "invalidate", "evict", "delete", "recover")
+TIERS = ("gpu", "cpu", "cxl", "ssd", "remote")
+KINDS = ("exact", "quantized", "compressed", "sparse", "recomputed", "parity")
+
+OP = {name: i for i, name in enumerate(OPS)}
+TIER = {name: i for i, name in enumerate(TIERS)}
+KIND = {name: i for i, name in enumerate(KINDS)}
+
+# Integer codes, for numba kernels and vectorised code.
+OP_CREATE, OP_COMMIT, OP_PERSIST, OP_LOAD, OP_HIT, OP_TRANSFORM, OP_INVALIDATE, OP_EVICT, OP_DELETE, OP_RECOVER = range(10)
+TIER_GPU, TIER_CPU, TIER_CXL, TIER_SSD, TIER_REMOTE = range(5)
+
+NO_PARENT = 0  # object ids start at 1; parent_id 0 means "no parent"
+NO_ID = -1  # request_id / session_id when unknown
+
+ENUM_COLUMNS = {"op": OPS, "tier": TIERS, "kind": KINDS}
+STRING_COLUMNS = ("tenant", "scope")
+
+# column -> (arrow type on disk, numpy dtype in memory)
+COLUMNS: dict[str, tuple[pa.DataType, np.dtype]] = {
+    "ts_ns": (pa.int64(), np.dtype(np.int64)),
+    "op": (pa.dictionary(pa.int8(), pa.string()), np.dtype(np.int8)),
+    "obj_id": (pa.uint64(), np.dtype(np.uint64)),
+    "parent_id": (pa.uint64(), np.dtype(np.uint64)),
+    "tier": (pa.dictionary(pa.int8(), pa.string()), np.dtype(np.int8)),
+    "nbytes": (pa.int64(), np.dtype(np.int64)),
+    "ntokens": (pa.int32(), np.dtype(np.int32)),
+    "tenant": (pa.dictionary(pa.int32(), pa.string()), np.dtype(np.int32)),
+    "scope": (pa.dictionary(pa.int32(), pa.string()), np.dtype(np.int32)),
+    "kind": (pa.dictionary(pa.int8(), pa.string()), np.dtype(np.int8)),
+    "request_id": (pa.int64(), np.dtype(np.int64)),
+    "session_id": (pa.int64(), np.dtype(np.int64)),
+}
+COLUMN_NAMES = tuple(COLUMNS)
+ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=False) for n, (t, _) in COLUMNS.items()])
+
+DEFAULT_ROW_GROUP_ROWS = 1 << 20
+
+
+@dataclass
+class TraceMeta:
+    """File-level facts. ``geometry`` holds model, bytes_per_token, tokens_per_object."""
+
+    source: dict[str, Any] = field(default_factory=dict)  # importer name, input path, sha256
+    geometry: dict[str, Any] = field(default_factory=dict)
+    generator: dict[str, Any] = field(default_factory=dict)  # settings of the importer / tier sim / synth
+    source_facts: dict[str, Any] = field(default_factory=dict)  # facts of the request-level source
+    tier_stats: dict[str, Any] = field(default_factory=dict)  # per-tier hit ratio, bytes in/out
+    extra: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+    created_by: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_jsonable)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, where: str) -> "TraceMeta":
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise KvbedError(f"file metadata is not valid JSON ({exc})", where=where) from None
+        if not isinstance(raw, dict):
+            raise KvbedError("file metadata is not a JSON object", where=where)
+        if raw.get("format") != FORMAT_NAME:
+            raise KvbedError(f"not a kvbed lifecycle trace (format {raw.get('format')!r})", where=where)
+        ver = raw.get("format_version")
+        if ver != FORMAT_VERSION:
+            raise KvbedError(
+                f"trace format version {ver!r}; this kvbed reads version {FORMAT_VERSION}", where=where
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class EventBatch(dict):
+    """Columns of a batch of events as numpy arrays (enum/string columns as codes)."""
+
+    @property
+    def n(self) -> int:
+        return len(self["ts_ns"]) if "ts_ns" in self else len(next(iter(self.values())))
+
+    @classmethod
+    def empty(cls, n: int = 0) -> "EventBatch":
+        return cls({name: np.zeros(n, dtype=dt) for name, (_, dt) in COLUMNS.items()})
+
+    @classmethod
+    def concat(cls, batches: list["EventBatch"]) -> "EventBatch":
+        if not batches:
+            return cls.empty()
+        return cls({k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
+
+    def take(self, idx: np.ndarray | slice) -> "EventBatch":
+        return EventBatch({k: v[idx] for k, v in self.items()})
+
+
+def make_batch(**cols: Any) -> EventBatch:
+    """Build a complete batch; missing columns get defaults (ids -1, parent 0, kind exact)."""
+    n = len(cols["ts_ns"])
+    out = EventBatch()
+    defaults = {"parent_id": NO_PARENT, "request_id": NO_ID, "session_id": NO_ID}
+    for name, (_, dt) in COLUMNS.items():
+        if name in cols:
+            arr = np.asarray(cols[name])
+            if name in ENUM_COLUMNS and arr.dtype.kind in "US":
+                table = {s: i for i, s in enumerate(ENUM_COLUMNS[name])}
+                arr = np.array([table[s] for s in arr], dtype=dt)
+            out[name] = np.ascontiguousarray(arr, dtype=dt)
+        else:
+            out[name] = np.full(n, defaults.get(name, 0), dtype=dt)
+        if len(out[name]) != n:
+            raise ValueError(f"column {name} has {len(out[name])} rows, expected {n}")
+    return out
+
+
+class TraceWriter:
+    """Stream batches into a trace file; the file appears only when ``close()`` succeeds.
+
+    Use as a context manager: on an exception the temporary file is removed.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        meta: TraceMeta,
+        *,
+        tenants: list[str] | None = None,
+        scopes: list[str] | None = None,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    ):
+        from testbed import __version__
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.meta = meta
+        if not meta.created_by:
+            meta.created_by = f"kvbed {__version__}"
+        self.tenants = list(tenants or ["default"])
+        self.scopes = list(scopes or ["default"])
+        self.row_group_rows = row_group_rows
+        self._dicts = {
+            "op": pa.array(OPS, pa.string()),
+            "tier": pa.array(TIERS, pa.string()),
+            "kind": pa.array(KINDS, pa.string()),
+        }
+        self._last_ts = np.iinfo(np.int64).min
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._closed = False
+
+    def set_string_tables(self, tenants: list[str], scopes: list[str]) -> None:
+        """Tables may grow while writing (codes only ever append)."""
+        self.tenants, self.scopes = list(tenants), list(scopes)
+
+    def _open(self, meta_json: str) -> pq.ParquetWriter:
+        schema = ARROW_SCHEMA.with_metadata({META_KEY: meta_json.encode()})
+        return pq.ParquetWriter(
+            self.tmp, schema, compression="zstd", use_dictionary=True, write_statistics=["ts_ns", "obj_id"]
+        )
+
+    def write(self, batch: EventBatch) -> None:
+        n = batch.n
+        if n == 0:
+            return
+        ts = batch["ts_ns"]
+        if ts[0] < self._last_ts or (n > 1 and bool(np.any(ts[1:] < ts[:-1]))):
+            raise KvbedError(f"events not sorted by ts_ns near row {self.rows}", where=str(self.path))
+        self._last_ts = int(ts[-1])
+        if self._writer is None:
+            # Metadata is fixed at open; the final metadata is written in close() via a rewrite of the footer.
+            self._writer = self._open(self.meta.to_json())
+        for start in range(0, n, self.row_group_rows):
+            part = batch.take(slice(start, start + self.row_group_rows))
+            self._writer.write_table(self._to_table(part), row_group_size=self.row_group_rows)
+        self.rows += n
+
+    def _to_table(self, b: EventBatch) -> pa.Table:
+        arrays = []
+        for name, (typ, dt) in COLUMNS.items():
+            col = np.ascontiguousarray(b[name], dtype=dt)
+            if name in self._dicts:
+                arrays.append(pa.DictionaryArray.from_arrays(pa.array(col, pa.int8()), self._dicts[name]))
+            elif name in STRING_COLUMNS:
+                table = self.tenants if name == "tenant" else self.scopes
+                arrays.append(pa.DictionaryArray.from_arrays(pa.array(col, pa.int32()), pa.array(table, pa.string())))
+            else:
+                arrays.append(pa.array(col, typ))
+        return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def close(self, meta: TraceMeta | None = None) -> Path:
+        """Finish the file. ``meta`` (if given) replaces the metadata, e.g. with stats known only at the end."""
+        if self._closed:
+            return self.path
+        self._closed = True
+        if meta is not None:
+            self.meta = meta
+        if self._writer is None:
+            self._writer = self._open(self.meta.to_json())
+        self._writer.add_key_value_metadata({META_KEY.decode(): self.meta.to_json()})
+        self._writer.close()
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self._closed = True
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:
+                pass
+        try:
+            self.tmp.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_trace(path: str | os.PathLike, batch: EventBatch, meta: TraceMeta, *, tenants=None, scopes=None) -> Path:
+    with TraceWriter(path, meta, tenants=tenants, scopes=scopes) as w:
+        w.write(batch)
+    return Path(path)
+
+
+class TraceReader:
+    """Open a trace, check its format and version, and stream row groups as EventBatches."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        where = str(self.path)
+        if not self.path.exists():
+            raise KvbedError("no such file", where=where)
+        try:
+            self._pf = pq.ParquetFile(self.path)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise KvbedError(f"not a readable Parquet file ({_first_line(exc)})", where=where) from None
+        kv = self._pf.metadata.metadata or {}
+        if META_KEY not in kv:
+            raise KvbedError("not a kvbed lifecycle trace (no 'kvbed' file metadata)", where=where)
+        self.meta = TraceMeta.from_json(kv[META_KEY], where=where)
+        schema = self._pf.schema_arrow
+        for name, (typ, _) in COLUMNS.items():
+            if name not in schema.names:
+                raise KvbedError(f"missing column {name!r}", where=where)
+            got = schema.field(name).type
+            if pa.types.is_dictionary(typ):
+                if not (pa.types.is_dictionary(got) and pa.types.is_string(got.value_type)):
+                    raise KvbedError(f"column {name!r} has type {got}, expected dictionary<string>", where=where)
+            elif got != typ:
+                raise KvbedError(f"column {name!r} has type {got}, expected {typ}", where=where)
+        self.num_rows = self._pf.metadata.num_rows
+        self.num_row_groups = self._pf.num_row_groups
+        self.tenants: list[str] = []
+        self.scopes: list[str] = []
+        self._string_codes = {"tenant": {}, "scope": {}}
+
+    def _code_map(self, name: str, dictionary: pa.Array, row0: int, indices: np.ndarray) -> np.ndarray:
+        values = dictionary.to_pylist()
+        if name in ENUM_COLUMNS:
+            table = {s: i for i, s in enumerate(ENUM_COLUMNS[name])}
+            mapping = np.array([table.get(v, -1) for v in values], dtype=np.int64)
+            bad = np.flatnonzero(mapping[indices] < 0) if len(mapping) else np.array([], dtype=np.int64)
+            if len(bad):
+                row = row0 + int(bad[0])
+                raise KvbedError(
+                    f"row {row}: unknown {name} {values[int(indices[bad[0]])]!r} "
+                    f"(known: {', '.join(ENUM_COLUMNS[name])})",
+                    where=str(self.path),
+                )
+            return mapping
+        codes = self._string_codes[name]
+        table_list = self.tenants if name == "tenant" else self.scopes
+        mapping = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            if v not in codes:
+                codes[v] = len(table_list)
+                table_list.append(v)
+            mapping[i] = codes[v]
+        return mapping
+
+    def iter_batches(self, columns: list[str] | tuple[str, ...] | None = None) -> Iterator[EventBatch]:
+        """Yield one EventBatch per row group (bounded memory)."""
+        cols = list(columns or COLUMN_NAMES)
+        row0 = 0
+        for rg in range(self.num_row_groups):
+            try:
+                table = self._pf.read_row_group(rg, columns=cols)
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                raise KvbedError(f"row group {rg} unreadable ({_first_line(exc)})", where=str(self.path)) from None
+            out = EventBatch()
+            for name in cols:
+                chunked = table.column(name)
+                _, dt = COLUMNS[name]
+                if name in ENUM_COLUMNS or name in STRING_COLUMNS:
+                    parts = []
+                    offset = row0
+                    for chunk in chunked.chunks:
+                        idx = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                        mapping = self._code_map(name, chunk.dictionary, offset, idx)
+                        parts.append(mapping[idx].astype(dt) if len(idx) else np.zeros(0, dt))
+                        offset += len(chunk)
+                    out[name] = np.concatenate(parts) if parts else np.zeros(0, dt)
+                else:
+                    out[name] = chunked.to_numpy().astype(dt, copy=False)
+            row0 += table.num_rows
+            yield out
+
+    def read_all(self, columns: list[str] | tuple[str, ...] | None = None) -> EventBatch:
+        return EventBatch.concat(list(self.iter_batches(columns)))
+
+
+def read_trace(path: str | os.PathLike, columns=None) -> tuple[EventBatch, TraceReader]:
+    r = TraceReader(path)
+    return r.read_all(columns), r
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc).strip().splitlines()
+    return s[0] if s else type(exc).__name__

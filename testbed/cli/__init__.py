@@ -1,0 +1,99 @@
+"""The ``kvbed`` command line.
+
+Subcommands live in their own modules and are imported only when invoked, so
+``kvbed --help`` stays fast and a broken optional dependency (e.g. QEMU tooling)
+does not break the trace or device commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from testbed import __version__
+from testbed.errors import KvbedError
+
+# command name -> "module:attribute"; one line per command group.
+_COMMANDS = {
+    "trace": ("testbed.cli.trace_cmd:trace", "Import, synthesise, validate and summarise KV lifecycle traces."),
+    "device": ("testbed.cli.device_cmd:device", "Run synthetic workloads on the flash device models."),
+    "replay": ("testbed.cli.replay_cmd:replay", "Replay a KV lifecycle trace on a device with a placement-hint policy."),
+    "report": ("testbed.cli.replay_cmd:report", "Compare finished runs: table and plot."),
+    "up": ("testbed.cli.vm_cmd:up", "Start a QEMU VM with an emulated conv/FDP/ZNS NVMe or CXL device."),
+    "down": ("testbed.cli.vm_cmd:down", "Stop VMs and clean up their overlays."),
+    "status": ("testbed.cli.vm_cmd:status", "List running VMs."),
+    "image": ("testbed.cli.vm_cmd:image", "Build, list and remove guest images."),
+}
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file=None) -> None:  # one line, no traceback
+        click.echo(f"kvbed: error: {self.format_message()}", err=True, file=file)
+
+
+class KvbedGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(_COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in _COMMANDS:
+            return None
+        mod, attr = _COMMANDS[name][0].split(":")
+        try:
+            return getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as exc:
+            # A command whose module is missing still shows in --help, and says why if run.
+            @click.command(name, help=_COMMANDS[name][1], context_settings={"ignore_unknown_options": True})
+            @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+            def unavailable(args, _exc=exc):
+                raise UserError(f"'{name}' is not available in this build: {_exc}")
+
+            return unavailable
+
+    def format_commands(self, ctx, formatter):
+        rows = [(n, h) for n, (_, h) in _COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KvbedError as exc:
+            raise UserError(str(exc)) from None
+
+
+@click.group(cls=KvbedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="kvbed")
+def cli() -> None:
+    """kvbed: does the KV cache's lifecycle (lifetime, hotness, type) cut write
+    amplification, GC stalls and tail latency on FDP/ZNS SSDs and CXL memory?
+
+    \b
+    Typical session:
+      kvbed trace synth -o sample.parquet
+      kvbed replay sample.parquet --device fdp --hints none   -o results/none
+      kvbed replay sample.parquet --device fdp --hints oracle -o results/oracle
+      kvbed report results/none results/oracle
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="kvbed", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("kvbed: aborted", err=True)
+        sys.exit(130)
+    except KvbedError as exc:
+        click.echo(f"kvbed: error: {exc}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(1)
