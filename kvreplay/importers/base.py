@@ -1,0 +1,126 @@
+"""Importer contract and the JSON Lines reader shared by the request-trace formats.
+
+An importer turns a source file into either a :class:`~kvreplay.requests.RequestTrace`
+(``level = "request"``: Mooncake, Alibaba; run through the tier simulator) or,
+for engine KV event streams (vLLM/SGLang, a later issue), lifecycle event batches
+written directly (``level = "event"``, :meth:`Importer.write_events`). Register with
+``@IMPORTERS.register("name")``; ``kvbed trace import NAME`` then works for it.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+import numpy as np
+
+from kvreplay.requests import RequestTrace
+from kvreplay.schema import TraceMeta, TraceWriter
+from testbed.errors import KvbedError
+from testbed.registry import Registry
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+class Importer(abc.ABC):
+    name: ClassVar[str]
+    level: ClassVar[str] = "request"  # "request" | "event"
+    description: ClassVar[str] = ""
+
+    def read_requests(self, path: Path) -> RequestTrace:
+        raise NotImplementedError(f"{self.name} does not produce a request trace")
+
+    def write_events(self, path: Path, writer: TraceWriter) -> TraceMeta:
+        """Event-level sources: stream sorted EventBatches into ``writer`` (calling
+        ``writer.set_string_tables`` as tenants/scopes appear) and return the final metadata
+        (source, geometry, source_facts); the caller closes the writer with it."""
+        raise NotImplementedError(f"{self.name} does not produce lifecycle events")
+
+
+IMPORTERS: Registry[type[Importer]] = Registry("importer")
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def read_jsonl(path: Path, record: type[S]) -> tuple[list[S], np.ndarray, bytes]:
+    """Decode every non-blank line of ``path`` as ``record``.
+
+    Returns (records, 1-based line number of each record, raw bytes). A malformed
+    line, a missing field or a wrong type raises KvbedError naming the line.
+    """
+    where = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise KvbedError("no such file", where=where) from None
+    except OSError as exc:
+        raise KvbedError(f"cannot read ({exc.strerror})", where=where) from None
+    lines = data.split(b"\n")
+    keep = [i for i, ln in enumerate(lines) if ln.strip()]
+    if not keep:
+        raise KvbedError("no records (empty file)", where=where)
+    body = [lines[i] for i in keep]
+    try:
+        recs = msgspec.json.Decoder(list[record]).decode(b"[" + b",".join(body) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        one = msgspec.json.Decoder(record)
+        for i, ln in zip(keep, body):
+            try:
+                one.decode(ln)
+            except msgspec.ValidationError as exc:
+                raise KvbedError(f"line {i + 1}: {_clean(exc)}", where=where) from None
+            except msgspec.DecodeError as exc:
+                raise KvbedError(f"line {i + 1}: malformed JSON ({_clean(exc)})", where=where) from None
+        raise KvbedError("malformed JSON Lines (a record spans lines?)", where=where) from None
+    return recs, np.asarray(keep, np.int64) + 1, data
+
+
+def _clean(exc: Exception) -> str:
+    s = str(exc).strip().splitlines()
+    return s[0] if s else type(exc).__name__
+
+
+def check_column(where: str, lineno: np.ndarray, bad: np.ndarray, message: str) -> None:
+    """Raise for the first record where ``bad`` is true."""
+    idx = np.flatnonzero(bad)
+    if len(idx):
+        raise KvbedError(f"line {int(lineno[idx[0]])}: {message}", where=where)
+
+
+def flatten_ids(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (offsets, ids) from a list of id lists."""
+    import itertools
+
+    lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
+    off = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(off[-1]))
+    return off, ids
+
+
+def source_info(importer: str, path: Path, data: bytes | None = None) -> dict[str, Any]:
+    sha = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(path)
+    return {"importer": importer, "path": str(Path(path).resolve()), "sha256": sha,
+            "bytes": len(data) if data is not None else Path(path).stat().st_size}
+
+
+def negative_id_rows(off: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per request: does its id list hold a negative id?"""
+    neg = np.zeros(len(off) - 1, bool)
+    bad = np.flatnonzero(ids < 0)
+    if len(bad):
+        neg[np.searchsorted(off, bad, side="right") - 1] = True
+    return neg

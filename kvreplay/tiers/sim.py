@@ -1,0 +1,392 @@
+"""Tier simulator: a request trace -> KV lifecycle events over GPU HBM, CPU DRAM, CXL and SSD.
+
+The model (every number is a :class:`TierSimParams` field, overridable):
+
+* Storage objects are chunks of ``tokens_per_object`` prompt tokens (LMCache's
+  chunking); ``nbytes = tokens * bytes_per_token`` of the model's KV geometry.
+* One logical prefill pipeline serves requests first come, first served with the
+  cluster's aggregate throughput (a fluid model of several prefill instances
+  sharing one KV pool, as in Mooncake). A request starts at max(arrival, pipeline
+  free); its longest cached prefix is reused chunk by chunk (``hit`` in GPU, or
+  ``load`` from the fastest lower tier at that tier's read bandwidth, copied into
+  GPU); the rest is prefilled chunk by chunk (``create`` ... ``commit``). Decode
+  runs outside the pipeline at ``decode_tokens_per_s`` per request and stores no KV.
+* Write policy ``write-through`` persists every new chunk to every lower tier at
+  commit (LMCache's CPU + local-disk backends); on a load, copies are also put in
+  the tiers above the source (inclusive). ``spill`` keeps new chunks in GPU and
+  writes a victim to the next tier only when it is evicted (a victim cache).
+* Each tier evicts with its own policy (``EVICTION_POLICIES``: lru, fifo, clock,
+  s3fifo). Chunks in use by the running request are pinned (skipped by eviction in every tier).
+* With ``ssd_kind`` quantized/compressed (for all tenants or per tenant), the SSD
+  stores a derived object (``transform`` with parent = the exact object, size
+  scaled by the kind's ratio); loading it rebuilds an exact object (``transform``
+  again, parent = the derived one).
+* Retention (``ttl_s``, per tenant ``ttl_tenants``): like the prompt caches of
+  LLM APIs, a chunk not used for its tenant's TTL is deleted from every tier at
+  that moment (refreshed on each hit/load/recompute). Scope invalidations
+  (adapter updates in the request trace) drop every copy of the scope's chunks.
+
+Event conventions (what replay and stats rely on):
+
+* Object ids are dense, from 1, and never reused. An object's copy in a tier
+  begins with ``commit`` (GPU, after ``create``), ``recover`` (GPU, recomputed
+  while live elsewhere) or ``persist``, and ends with exactly one of ``evict``
+  (capacity; other copies remain), ``delete`` (the object ends: its last copy
+  evicted for capacity, or - TTL expiry - one ``delete`` per tier holding a copy,
+  all at the same time), or ``invalidate`` (scope version change). So on any one
+  tier every persist is followed by at most one evict/delete/invalidate.
+* ``parent_id`` of an exact object is the object of the previous chunk of the
+  same prompt when it was made (0 for the first chunk): prefix depth is the
+  length of the parent chain (:func:`kvreplay.tiers.features.prefix_depth`).
+  For derived objects it is the source object.
+* ``request_id``/``session_id`` are those of the request that caused the event
+  (-1 for invalidations and expiries); ``tenant``/``scope``/``kind`` belong to the object.
+* Timestamps are issue times in ns; the stream is non-decreasing by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from kvreplay import schema
+from kvreplay.requests import RequestTrace
+from kvreplay.schema import KIND, EventBatch
+from kvreplay.tiers import kernel as K
+from kvreplay.tiers.chunking import chunk_requests
+from kvreplay.tiers.geometry import DEFAULT_MODEL, geometry
+from kvreplay.tiers.policies import EVICTION_POLICIES
+from testbed.errors import KvbedError
+
+GiB = 1 << 30
+TiB = 1 << 40
+SIM_TIERS = ("gpu", "cpu", "cxl", "ssd")
+WRITE_POLICIES = ("write-through", "spill")
+SSD_KINDS = ("exact", "quantized", "compressed")
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class TierSimParams:
+    """Tier simulator settings. Capacities are the cluster's aggregate; 0 disables a tier (not GPU)."""
+
+    model: str = _f(DEFAULT_MODEL, "model whose KV geometry sets bytes per token (kvbed trace models)")
+    kv_dtype: str = _f("bf16", "KV element type: bf16, fp16, fp8, int8, fp32")
+    tokens_per_object: int = _f(256, "storage object = chunk of this many prompt tokens (LMCache chunk: 256)")
+    gpu_bytes: int = _f(128 * GiB, "HBM available to the prefix cache, all GPUs together")
+    cpu_bytes: int = _f(512 * GiB, "host DRAM KV pool (0 = none)")
+    cxl_bytes: int = _f(0, "CXL memory tier between DRAM and SSD (0 = none)")
+    ssd_bytes: int = _f(2 * TiB, "SSD KV tier (0 = none)")
+    gpu_policy: str = _f("lru", "GPU eviction policy: lru, fifo, clock, s3fifo")
+    cpu_policy: str = _f("lru", "CPU eviction policy")
+    cxl_policy: str = _f("lru", "CXL eviction policy")
+    ssd_policy: str = _f("lru", "SSD eviction policy")
+    write_policy: str = _f("write-through", "write-through: every new chunk to every lower tier at commit; "
+                                            "spill: to the next tier only when evicted")
+    promote_on_load: bool = _f(True, "write-through: a load also refills the tiers above its source")
+    prefill_tokens_per_s: float = _f(100_000.0, "aggregate prefill throughput of the cluster (tokens/s)")
+    decode_tokens_per_s: float = _f(40.0, "decode speed of one request (tokens/s; sets request end times)")
+    cpu_read_bytes_per_s: float = _f(100e9, "aggregate DRAM -> GPU load bandwidth (B/s)")
+    cxl_read_bytes_per_s: float = _f(60e9, "aggregate CXL -> GPU load bandwidth (B/s)")
+    ssd_read_bytes_per_s: float = _f(24e9, "aggregate SSD -> GPU load bandwidth (B/s)")
+    ssd_kind: str = _f("exact", "what the SSD stores: exact, quantized or compressed copies (transform)")
+    ssd_kind_tenants: str = _f("", "per-tenant SSD kind, e.g. 'batch=quantized,rag=compressed'")
+    ttl_s: float = _f(0.0, "prompt-cache retention: an object unused this long is deleted from every tier "
+                           "(0 = kept until evicted)")
+    ttl_tenants: str = _f("", "per-tenant retention in seconds, e.g. 'agent=180,batch=60' (0 = none)")
+    quantized_ratio: float = _f(0.5, "bytes of a quantized copy / exact (bf16 -> int8)")
+    compressed_ratio: float = _f(0.3, "bytes of a compressed copy / exact (CacheGen-like codec)")
+
+    @property
+    def bytes_per_token(self) -> int:
+        return geometry(self.model).bytes_per_token(self.kv_dtype)
+
+    @property
+    def object_bytes(self) -> int:
+        return self.tokens_per_object * self.bytes_per_token
+
+    def capacity(self, tier: str) -> int:
+        return int(getattr(self, f"{tier}_bytes"))
+
+    def policy(self, tier: str) -> str:
+        return getattr(self, f"{tier}_policy")
+
+    def validate(self) -> "TierSimParams":
+        geometry(self.model)
+        self.bytes_per_token  # checks the dtype
+        if self.tokens_per_object <= 0:
+            raise KvbedError(f"tokens_per_object must be positive, got {self.tokens_per_object}")
+        for t in SIM_TIERS:
+            cap = self.capacity(t)
+            if cap < 0:
+                raise KvbedError(f"{t}_bytes must not be negative, got {cap}")
+            if (cap > 0 or t == "gpu") and cap < self.object_bytes:
+                raise KvbedError(
+                    f"{t}_bytes ({cap}) is smaller than one object ({self.object_bytes} bytes = "
+                    f"{self.tokens_per_object} tokens x {self.bytes_per_token} B/token of {self.model})"
+                )
+            EVICTION_POLICIES.get(self.policy(t))
+        if self.write_policy not in WRITE_POLICIES:
+            raise KvbedError(f"unknown write policy {self.write_policy!r} (choose from: {', '.join(WRITE_POLICIES)})")
+        for name in ("prefill_tokens_per_s", "decode_tokens_per_s", "cpu_read_bytes_per_s", "cxl_read_bytes_per_s",
+                     "ssd_read_bytes_per_s"):
+            if not getattr(self, name) > 0:
+                raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("quantized_ratio", "compressed_ratio"):
+            if not 0 < getattr(self, name) <= 1:
+                raise KvbedError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        self.tenant_kinds()
+        self.tenant_ttls()
+        return self
+
+    def tenant_ttls(self) -> tuple[float, dict[str, float]]:
+        if self.ttl_s < 0:
+            raise KvbedError(f"ttl_s must be >= 0, got {self.ttl_s}")
+        per: dict[str, float] = {}
+        for item in filter(None, (s.strip() for s in self.ttl_tenants.split(","))):
+            if "=" not in item:
+                raise KvbedError(f"ttl_tenants: expected tenant=seconds, got {item!r}")
+            ten, val = (s.strip() for s in item.split("=", 1))
+            try:
+                per[ten] = float(val)
+            except ValueError:
+                raise KvbedError(f"ttl_tenants: {ten}={val!r} is not a number of seconds") from None
+            if per[ten] < 0:
+                raise KvbedError(f"ttl_tenants: {ten} must be >= 0")
+        return self.ttl_s, per
+
+    def tenant_kinds(self) -> tuple[str, dict[str, str]]:
+        def check(kind: str) -> str:
+            if kind not in SSD_KINDS:
+                raise KvbedError(f"unknown SSD kind {kind!r} (choose from: {', '.join(SSD_KINDS)})")
+            return kind
+
+        per: dict[str, str] = {}
+        for item in filter(None, (s.strip() for s in self.ssd_kind_tenants.split(","))):
+            if "=" not in item:
+                raise KvbedError(f"ssd_kind_tenants: expected tenant=kind, got {item!r}")
+            ten, kind = (s.strip() for s in item.split("=", 1))
+            per[ten] = check(kind)
+        return check(self.ssd_kind), per
+
+
+@dataclass
+class TierSimResult:
+    events: int
+    objects: int
+    tier_stats: dict[str, Any]
+    counters: dict[str, Any]
+    elapsed_s: float
+    state: dict[str, np.ndarray] | None = None  # final kernel state (tests check its invariants)
+
+
+def _policy_matrix(p: TierSimParams) -> np.ndarray:
+    P = np.zeros((K.NT, 5), np.float64)
+    for i, t in enumerate(SIM_TIERS):
+        pol = EVICTION_POLICIES.get(p.policy(t))
+        P[i] = (pol.small_ratio, pol.ghost_ratio, pol.promote_freq, pol.max_freq, 1.0 if pol.touch_to_head else 0.0)
+    return P
+
+
+def simulate(
+    reqs: RequestTrace,
+    params: TierSimParams,
+    sink: Callable[[EventBatch], None],
+    *,
+    buffer_events: int = 1 << 20,
+    progress: Callable[[int, int], None] | None = None,
+) -> TierSimResult:
+    """Run the tier simulation, handing sorted event batches to ``sink`` as they fill."""
+    t_start = time.perf_counter()
+    params.validate()
+    bpt = params.bytes_per_token
+    T = params.tokens_per_object
+    chunk_off, chunk_key, chunk_ntok, key_ntok, key_scope = chunk_requests(
+        reqs.block_offsets, reqs.block_ids, reqs.input_tokens, reqs.scope, reqs.block_tokens, T
+    )
+    nkeys = len(key_ntok)
+    nchunks = len(chunk_key)
+    max_chunks = int(np.diff(chunk_off).max()) if reqs.n else 0
+
+    # keys of each scope, for invalidations
+    order = np.argsort(key_scope, kind="stable")
+    scope_keys = order.astype(np.int64)
+    scope_off = np.zeros(len(reqs.scopes) + 1, np.int64)
+    np.cumsum(np.bincount(key_scope, minlength=len(reqs.scopes)), out=scope_off[1:])
+
+    cap = np.array([params.capacity(t) for t in SIM_TIERS], np.int64)
+    P = _policy_matrix(params)
+    default_kind, per_tenant = params.tenant_kinds()
+    tenant_kind = np.array([KIND[per_tenant.get(t, default_kind)] for t in reqs.tenants], np.int64)
+    kind_ratio = np.ones(len(schema.KINDS), np.float64)
+    kind_ratio[KIND["quantized"]] = params.quantized_ratio
+    kind_ratio[KIND["compressed"]] = params.compressed_ratio
+    default_ttl, per_ttl = params.tenant_ttls()
+    ttl_ns = np.array([int(per_ttl.get(t, default_ttl) * 1e9) for t in reqs.tenants], np.int64)
+    read_ns_per_byte = np.zeros(K.NT, np.float64)
+    read_ns_per_byte[1] = 1e9 / params.cpu_read_bytes_per_s
+    read_ns_per_byte[2] = 1e9 / params.cxl_read_bytes_per_s
+    read_ns_per_byte[3] = 1e9 / params.ssd_read_bytes_per_s
+
+    Q = np.zeros((K.NT, 3, 4), np.int64)
+    Q[:, :, K.QH] = -1
+    Q[:, :, K.QT] = -1
+    S = np.zeros((K.NT, max(nkeys, 1), K.S_WIDTH), np.int64)
+    S[:, :, K.S_NEXT] = -1
+    S[:, :, K.S_PREV] = -1
+    S[K.GPU, :, K.S_PIN] = -1
+    # object ids: at most one exact object per chunk reference, plus one derived copy per SSD write
+    # and one rebuilt object per load (each bounded by the references)
+    ocap = 3 * nchunks + 16
+    OA = np.zeros((ocap, K.OA_WIDTH), np.int64)
+    sc = np.zeros(K.SC_WIDTH, np.int64)
+    sc[K.SC_NEXT_OBJ] = 1
+    sc[K.SC_CLOCK] = np.iinfo(np.int64).min // 2
+    ex = np.zeros((nchunks + 1 if ttl_ns.any() else 1, 3), np.int64)  # (deadline, key, next) per access
+    ex_head = np.full(len(reqs.tenants), -1, np.int64)
+    ex_tail = np.full(len(reqs.tenants), -1, np.int64)
+    CT = np.zeros((K.NT, K.CT_WIDTH), np.int64)
+    G = np.zeros(K.G_WIDTH, np.int64)
+    # Flush when the next request could bring the buffer past ``buffer_events`` (typical events per
+    # chunk: margin). Beyond that the buffer keeps slack for the rare request whose inserts evict
+    # many small objects (partial chunks) in cascade; running out of it is reported, never silent.
+    margin = 16 + 8 * K.NT
+    soft = max(buffer_events, (max_chunks + 2) * margin)
+    min_tok = int(chunk_ntok.min()) if nchunks else T
+    worst = 16 + 8 * K.NT * (-(-T // max(min_tok, 1)) + 1)
+    slack = min(max((max_chunks + 2) * worst, 1 << 16), 1 << 22)
+    sc[K.SC_SOFT] = soft
+    sc[K.SC_CAP] = soft + slack
+    EV = np.empty((K.EV_ROWS, soft + slack), np.int64)
+    FR = np.zeros((4, K.NT + 1), np.int64)  # _make_room's frames: tier, key, victim, bytes needed
+
+    total = 0
+    while True:
+        done = K.run_kernel(
+            reqs.arrival_ns, reqs.output_tokens, reqs.session_id, reqs.tenant.astype(np.int64),
+            reqs.scope.astype(np.int64), chunk_off, chunk_key, chunk_ntok.astype(np.int64),
+            scope_keys, scope_off,
+            reqs.inv_ts_ns, reqs.inv_scope.astype(np.int64),
+            cap, P, K.WRITE_THROUGH if params.write_policy == "write-through" else K.SPILL,
+            bool(params.promote_on_load), np.int64(bpt), 1e9 / params.prefill_tokens_per_s,
+            1e9 / params.decode_tokens_per_s, read_ns_per_byte, tenant_kind, kind_ratio, ttl_ns,
+            Q, S, OA, sc, CT, G, EV, ex, ex_head, ex_tail,
+            FR, np.int64(margin),
+        )
+        if sc[K.SC_OVERFLOW]:
+            raise KvbedError(f"tier simulator: request {int(sc[K.SC_NEXT_REQ])} emitted more than "
+                             f"{int(sc[K.SC_CAP])} events at once; rerun with a larger tokens_per_object")
+        n = int(sc[K.SC_POS])
+        if n:
+            sink(_to_batch(EV, n))
+            total += n
+            sc[K.SC_POS] = 0
+        if progress is not None:
+            progress(int(sc[K.SC_NEXT_REQ]), reqs.n)
+        if done:
+            break
+
+    objects = int(sc[K.SC_NEXT_OBJ]) - 1
+    counters = {name: int(G[i]) for i, name in enumerate(K.G_NAMES)}
+    counters.update(chunk_references=nchunks, distinct_chunks=nkeys, objects=objects, events=total)
+    return TierSimResult(
+        events=total,
+        objects=objects,
+        tier_stats=tier_report(params, CT, G, Q),
+        counters=counters,
+        elapsed_s=time.perf_counter() - t_start,
+        state={"Q": Q, "S": S, "OA": OA[: objects + 1], "cap": cap},
+    )
+
+
+def _to_batch(EV: np.ndarray, n: int) -> EventBatch:
+    cols = {
+        "ts_ns": EV[K.EV_TS, :n],
+        "op": EV[K.EV_OP, :n],
+        "obj_id": EV[K.EV_OBJ, :n],
+        "parent_id": EV[K.EV_PARENT, :n],
+        "tier": EV[K.EV_TIER, :n],
+        "nbytes": EV[K.EV_NBYTES, :n],
+        "ntokens": EV[K.EV_NTOK, :n],
+        "tenant": EV[K.EV_TENANT, :n],
+        "scope": EV[K.EV_SCOPE, :n],
+        "kind": EV[K.EV_KIND, :n],
+        "request_id": EV[K.EV_REQ, :n],
+        "session_id": EV[K.EV_SESS, :n],
+    }
+    return EventBatch({name: cols[name].astype(dt, copy=True) for name, (_, dt) in schema.COLUMNS.items()})
+
+
+def tier_report(params: TierSimParams, CT: np.ndarray, G: np.ndarray, Q: np.ndarray) -> dict[str, Any]:
+    """Per tier: hit ratio (hits / lookups that reached the tier), bytes in (persist/commit) and out (load)."""
+    out: dict[str, Any] = {}
+    for i, t in enumerate(SIM_TIERS):
+        cap = params.capacity(t)
+        if cap <= 0:
+            continue
+        row = {name: int(CT[i, j]) for j, name in enumerate(K.CT_NAMES)}
+        row["capacity_bytes"] = cap
+        row["policy"] = params.policy(t)
+        row["hit_ratio"] = row["hits"] / row["lookups"] if row["lookups"] else 0.0
+        row["bytes_in"] = row["persist_bytes"] + row["computed_bytes"]
+        row["bytes_out"] = row["load_bytes"]
+        row["end_bytes"] = int(Q[i, K.QS, K.QB] + Q[i, K.QM, K.QB])
+        out[t] = row
+    chunks = int(G[K.G_CHUNKS])
+    out["all"] = {
+        "chunk_hit_ratio": int(G[K.G_HIT_CHUNKS]) / chunks if chunks else 0.0,
+        "token_hit_ratio": int(G[K.G_HIT_TOKENS]) / max(1, int(G[K.G_HIT_TOKENS] + G[K.G_COMPUTED_TOKENS])),
+        "computed_tokens": int(G[K.G_COMPUTED_TOKENS]),
+        "hit_tokens": int(G[K.G_HIT_TOKENS]),
+        "mean_queue_ns": int(G[K.G_QUEUE_NS]) / max(1, int(G[K.G_REQUESTS])),
+        "max_queue_ns": int(G[K.G_QUEUE_NS_MAX]),
+        "prefill_busy_ns": int(G[K.G_BUSY_NS]),
+    }
+    return out
+
+
+def params_dict(p: TierSimParams) -> dict[str, Any]:
+    d = dataclasses.asdict(p)
+    d["bytes_per_token"] = p.bytes_per_token
+    d["object_bytes"] = p.object_bytes
+    return d
+
+
+def simulate_to_file(
+    reqs: RequestTrace,
+    params: TierSimParams,
+    out_path,
+    meta: schema.TraceMeta,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    row_group_rows: int = schema.DEFAULT_ROW_GROUP_ROWS,
+) -> TierSimResult:
+    """Simulate and stream the events into a trace file (written atomically, one row group per batch)."""
+    meta.geometry = {
+        "model": params.model,
+        "kv_dtype": params.kv_dtype,
+        "bytes_per_token": params.bytes_per_token,
+        "tokens_per_object": params.tokens_per_object,
+        "object_bytes": params.object_bytes,
+    }
+    meta.generator.setdefault("tier_sim", params_dict(params))
+    writer = schema.TraceWriter(out_path, meta, tenants=list(reqs.tenants), scopes=list(reqs.scopes),
+                                row_group_rows=row_group_rows)
+    try:
+        # Writing in a second thread while the kernel runs was measured slower here (2 shared
+        # cores, pyarrow's own threads): batches are written as they fill.
+        res = simulate(reqs, params, writer.write, buffer_events=row_group_rows, progress=progress)
+        meta.tier_stats = res.tier_stats
+        meta.extra.setdefault("tier_sim_counters", res.counters)
+        writer.close(meta)
+    except BaseException:
+        writer.abort()
+        raise
+    return res

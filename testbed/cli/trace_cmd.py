@@ -1,0 +1,475 @@
+"""``kvbed trace``: import, synthesise, validate and summarise KV lifecycle traces.
+
+Tier-simulator options are generated from :class:`kvreplay.tiers.TierSimParams`
+(one ``--field-name`` per field, values with unit suffixes such as ``512GiB``),
+so the CLI, the saved generator settings and the dataclass never drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from testbed.errors import KvbedError
+from testbed.params import field_types, split_overrides, with_overrides
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _out() -> Console:
+    con = Console(file=click.get_text_stream("stdout"))
+    if not con.is_terminal:
+        con.width = max(con.width, 160)  # files and pipes get the full table, not an 80-column squeeze
+    return con
+
+
+def _err() -> Console:
+    return Console(file=click.get_text_stream("stderr"))
+
+
+@contextmanager
+def _progress(what: str) -> Iterator[Any]:
+    """A rich progress bar on stderr (silent when stderr is not a terminal); yields update(done, total)."""
+    console = _err()
+    with Progress(TextColumn(f"[bold]{what}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as prog:
+        task = prog.add_task(what, total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    for unit, div in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= div:
+            return f"{ns / div:.2f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _opt_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def tier_options(base: Any) -> Any:
+    """Click options generated from the fields of TierSimParams (plus ``--policy`` for all tiers);
+    the defaults shown are those of ``base``, the command's own TierSimParams."""
+
+    def deco(f: Any) -> Any:
+        for fld in reversed(dataclasses.fields(base)):
+            help_ = fld.metadata.get("help", "")
+            default = getattr(base, fld.name)
+            f = click.option(_opt_name(fld.name), fld.name, default=None, metavar="V",
+                             help=f"{help_} [default: {_show_default(fld.name, default) or 'none'}]")(f)
+        f = click.option("--policy", "policy", multiple=True, metavar="NAME|TIER=NAME",
+                         help="eviction policy for every tier, or for one tier (repeatable)")(f)
+        return f
+
+    return deco
+
+
+def _show_default(name: str, value: Any) -> str:
+    if name.endswith("_bytes") and isinstance(value, int) and value:
+        return fmt_bytes(value).replace(" ", "").replace(".0", "")
+    return str(value)
+
+
+def build_tier_params(base: Any, kwargs: dict[str, Any], extra: list[str]) -> Any:
+    """Apply ``--policy``, the generated per-field options and ``--param`` pairs to ``base``."""
+    from kvreplay.tiers import SIM_TIERS, TierSimParams
+
+    changes: dict[str, str] = {}
+    for spec in kwargs.pop("policy", ()) or ():
+        if "=" in spec:
+            tier, name = (s.strip() for s in spec.split("=", 1))
+            if tier not in SIM_TIERS:
+                raise KvbedError(f"--policy: unknown tier {tier!r} (choose from: {', '.join(SIM_TIERS)})")
+            changes[f"{tier}_policy"] = name
+        else:
+            for tier in SIM_TIERS:
+                changes[f"{tier}_policy"] = spec
+    for name in field_types(TierSimParams):
+        v = kwargs.pop(name, None)
+        if v is not None:
+            changes[name] = v
+    p = with_overrides(base, changes, what="tier option")
+    p = with_overrides(p, extra, what="--param")
+    return p.validate()
+
+
+def _tier_table(tier_stats: dict[str, Any]) -> Table:
+    t = Table(title="tier simulation", title_justify="left")
+    for c in ("tier", "capacity", "policy", "hit ratio", "lookups", "bytes in", "bytes out", "evictions", "deletes",
+              "invalidations", "peak"):
+        t.add_column(c, justify="left" if c in ("tier", "policy") else "right")
+    from kvreplay.tiers import SIM_TIERS
+
+    for name in SIM_TIERS:
+        r = tier_stats.get(name)
+        if r is None:
+            continue
+        t.add_row(name, fmt_bytes(r["capacity_bytes"]), r["policy"], fmt_pct(r["hit_ratio"]), f"{r['lookups']:,}",
+                  fmt_bytes(r["bytes_in"]), fmt_bytes(r["bytes_out"]), f"{r['evictions']:,}", f"{r['deletes']:,}",
+                  f"{r['invalidations']:,}", fmt_bytes(r["peak_bytes"]))
+    a = tier_stats.get("all")
+    if a:
+        t.caption = (f"prefix reuse: {fmt_pct(a['chunk_hit_ratio'])} of chunks, {fmt_pct(a['token_hit_ratio'])} of "
+                     f"tokens; mean queueing {fmt_ns(a['mean_queue_ns'])} (max {fmt_ns(a['max_queue_ns'])})")
+    return t
+
+
+def _facts_table(facts: dict[str, Any], title: str = "source facts") -> Table:
+    t = Table(title=title, title_justify="left", show_header=False)
+    t.add_column("fact")
+    t.add_column("value", justify="right")
+    for k, v in facts.items():
+        if isinstance(v, float):
+            v = f"{100 * v:.1f}%" if k.endswith("share") else f"{v:,.3f}"
+        elif isinstance(v, int):
+            v = f"{v:,}"
+        elif isinstance(v, dict):
+            v = ", ".join(f"{a}={b}" for a, b in v.items())
+        t.add_row(k.replace("_", " "), str(v))
+    return t
+
+
+def _write_trace(reqs: Any, params: Any, out: Path, meta: Any, as_json: bool) -> None:
+    from kvreplay.tiers.sim import simulate_to_file
+
+    with _progress("tier simulation") as update:
+        res = simulate_to_file(reqs, params, out, meta, progress=update)
+    summary = {
+        "output": str(out),
+        "events": res.events,
+        "objects": res.objects,
+        "source_facts": meta.source_facts,
+        "geometry": meta.geometry,
+        "tier_stats": res.tier_stats,
+        "elapsed_s": round(res.elapsed_s, 3),
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=str))
+        return
+    con = _out()
+    con.print(_facts_table(meta.source_facts))
+    con.print(_tier_table(res.tier_stats))
+    g = meta.geometry
+    con.print(f"wrote [bold]{out}[/]: {res.events:,} events, {res.objects:,} objects "
+              f"({g['model']}, {fmt_bytes(g['bytes_per_token'])}/token, {g['tokens_per_object']} tokens = "
+              f"{fmt_bytes(g['object_bytes'])} per object)")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@click.group("trace")
+def trace() -> None:
+    """Import, synthesise, validate and summarise KV lifecycle traces (Parquet, format v1)."""
+
+
+def _import_defaults() -> Any:
+    from kvreplay.tiers import TierSimParams
+
+    return TierSimParams()
+
+
+def _synth_defaults() -> Any:
+    from kvreplay.synth import SYNTH_TIER_DEFAULTS
+
+    return SYNTH_TIER_DEFAULTS
+
+
+def _importer_names() -> list[str]:
+    from kvreplay.importers import IMPORTERS
+
+    return IMPORTERS.names()
+
+
+@trace.command("import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(_importer_names(), case_sensitive=False))
+@click.argument("src", metavar="IN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="lifecycle trace to write (.parquet)")
+@tier_options(_import_defaults())
+@click.option("--param", "params", multiple=True, metavar="K=V", help="any tier simulator field, e.g. ssd_bytes=1TiB")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def import_cmd(fmt: str, src: Path, out: Path, params: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
+    """Import a request trace and tier-simulate it into a lifecycle trace.
+
+    \b
+    Request-level sources (mooncake, alibaba) run through the tier simulator:
+    GPU HBM -> CPU DRAM -> [CXL] -> SSD, LRU per tier, write-through to SSD,
+    Llama-3-8B geometry and 256-token objects unless overridden. The source facts
+    (requests, distinct block ids, references, reuse share, time span) are
+    printed and kept in the file's metadata.
+
+    \b
+    Example:
+      kvbed trace import mooncake conversation_trace.jsonl -o mc.parquet --ssd-bytes 1TiB
+    """
+    from kvreplay.importers import IMPORTERS
+    from kvreplay.schema import TraceMeta
+    from kvreplay.tiers import TierSimParams
+
+    importer = IMPORTERS.get(fmt)()
+    tier = build_tier_params(TierSimParams(), kwargs, list(params))
+    if importer.level == "event":
+        _import_events(importer, src, out, as_json)
+        return
+    reqs = importer.read_requests(src)
+    meta = TraceMeta(source=reqs.source, source_facts=reqs.facts(), generator={"importer": fmt})
+    _write_trace(reqs, tier, out, meta, as_json)
+
+
+def _import_events(importer: Any, src: Path, out: Path, as_json: bool) -> None:
+    """Engine event streams are lifecycle events already: no tier simulation."""
+    from kvreplay.schema import TraceMeta, TraceWriter
+
+    if not Path(src).exists():
+        raise KvbedError("no such file", where=str(src))
+    with TraceWriter(out, TraceMeta(source={"importer": importer.name})) as w:
+        meta = importer.write_events(src, w)
+        w.close(meta)
+    summary = {"output": str(out), "events": w.rows, "source_facts": meta.source_facts}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=str))
+    else:
+        con = _out()
+        if meta.source_facts:
+            con.print(_facts_table(meta.source_facts))
+        con.print(f"wrote [bold]{out}[/]: {w.rows:,} events")
+
+
+def _synth_help() -> str:
+    from kvreplay.synth import SynthParams
+
+    items = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(SynthParams))
+    return f"Synthetic workload parameters (set with --param k=v): {items}."
+
+
+@trace.command("synth", epilog=_synth_help())
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="lifecycle trace to write (.parquet)")
+@click.option("--seed", type=int, default=None, help="random seed [default: 0]")
+@click.option("--duration-s", type=float, default=None, help="simulated seconds of session arrivals [default: 1200]")
+@click.option("--sessions-per-s", type=float, default=None, help="session arrival rate [default: 1.2]")
+@click.option("--tenants", type=int, default=None, help="tenants (profiles chat, rag, agent, batch) [default: 4]")
+@tier_options(_synth_defaults())
+@click.option("--param", "params", multiple=True, metavar="K=V",
+              help="any synth or tier simulator field (see below), e.g. rag_corpus_docs=2000")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def synth_cmd(out: Path, seed: int | None, duration_s: float | None, sessions_per_s: float | None,
+              tenants: int | None, params: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
+    """Generate a deterministic synthetic workload and tier-simulate it (no data needed).
+
+    \b
+    Tenants with shared system prompts; chat sessions, RAG over a Zipf-popular
+    corpus, agent loops, one-shot batch documents; LoRA adapter updates that
+    invalidate a tenant's KV. Tier defaults are sized to the workload (GPU 8 GiB,
+    CPU 32 GiB, SSD 128 GiB; the batch tenant stores quantized copies on SSD) so
+    every tier evicts.
+    """
+    from kvreplay.schema import TraceMeta
+    from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams, synth_facts, synthesize
+    from kvreplay.tiers import TierSimParams
+
+    groups = split_overrides(list(params), {"synth": SynthParams, "tier": TierSimParams})
+    sp = SynthParams()
+    explicit = {"seed": seed, "duration_s": duration_s, "sessions_per_s": sessions_per_s, "tenants": tenants}
+    sp = with_overrides(sp, {k: v for k, v in explicit.items() if v is not None})
+    sp = with_overrides(sp, groups["synth"]).validate()
+    tier = build_tier_params(SYNTH_TIER_DEFAULTS, kwargs, groups["tier"])
+    reqs = synthesize(sp, tier)
+    meta = TraceMeta(source={"importer": "synth"}, source_facts=synth_facts(sp, reqs),
+                     generator={"synth": dataclasses.asdict(sp)})
+    _write_trace(reqs, tier, out, meta, as_json)
+
+
+
+@trace.command("validate")
+@click.argument("path", metavar="TRACE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--max-report", type=int, default=20, show_default=True, help="violations listed with their rows")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def validate_cmd(path: Path, max_report: int, as_json: bool) -> None:
+    """Check every invariant of a lifecycle trace; list the first violations with row numbers.
+
+    Exit status: 0 valid, 1 violations found, 2 unreadable file or wrong format.
+    """
+    from kvreplay.validate import validate_trace
+
+    with _progress("validate") as update:
+        rep = validate_trace(path, max_report=max(1, max_report), progress=update)
+    if as_json:
+        click.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        con = _out()
+        if rep.ok:
+            con.print(f"[green]valid[/]: {path}: {rep.rows:,} events, {rep.objects:,} objects, "
+                      f"{rep.live_copies_at_end:,} copies live at the end")
+        else:
+            t = Table(title=f"{path}: {sum(rep.counts.values()):,} violations", title_justify="left")
+            for c in ("row", "violation", "op", "tier", "obj_id", "ts_ns"):
+                t.add_column(c)
+            for v in rep.first:
+                t.add_row(str(v.row), v.message, v.op, v.tier, str(v.obj_id), str(v.ts_ns))
+            con.print(t)
+            con.print("counts: " + ", ".join(f"{k}={n:,}" for k, n in rep.counts.items()))
+        if rep.never_committed:
+            con.print(f"note: {rep.never_committed:,} objects created but never committed")
+    if not rep.ok:
+        sys.exit(1)
+
+
+@trace.command("stats")
+@click.argument("path", metavar="TRACE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print everything as JSON")
+def stats_cmd(path: Path, as_json: bool) -> None:
+    """Per op/tier counts and bytes, lifetimes, reuse distance, top-10% reuse share, per tenant/kind."""
+    from kvreplay.stats import trace_stats
+
+    with _progress("stats") as update:
+        s = trace_stats(path, progress=update)
+    if as_json:
+        click.echo(json.dumps(s, indent=2, default=str))
+        return
+    print_stats(_out(), s)
+
+
+@trace.command("models")
+def models_cmd() -> None:
+    """KV geometry table: bytes per token of the models the tier simulator knows."""
+    from kvreplay.tiers import MODELS
+
+    t = Table(title="KV geometry (2 x layers x KV heads x head dim x dtype bytes; MLA: latent only)",
+              title_justify="left")
+    for c in ("model", "layers", "KV heads", "head dim", "bf16 B/token", "256-token object", "config"):
+        t.add_column(c, justify="left" if c in ("model", "config") else "right")
+    for m in MODELS.values():
+        bpt = m.bytes_per_token("bf16")
+        t.add_row(m.name, str(m.layers), str(m.kv_heads), str(m.head_dim) + (" (latent)" if m.latent else ""),
+                  f"{bpt:,}", fmt_bytes(256 * bpt), m.source)
+    _out().print(t)
+
+
+# --------------------------------------------------------------------------- stats printout
+
+
+def print_stats(con: Console, s: dict[str, Any]) -> None:
+    m = s["meta"]
+    src = m.get("source") or {}
+    head = Table(title=f"{s['path']}", title_justify="left", show_header=False)
+    head.add_column("k")
+    head.add_column("v")
+    head.add_row("events", f"{s['rows']:,} in {s['row_groups']} row groups, span {fmt_ns(s['span_ns'])}")
+    if src:
+        head.add_row("source", " ".join(f"{k}={v}" for k, v in src.items() if k in ("importer", "path", "sha256")))
+    g = m.get("geometry") or {}
+    if g:
+        head.add_row("geometry", f"{g.get('model')} {g.get('kv_dtype', '')}: {fmt_bytes(g.get('bytes_per_token'))}/token, "
+                     f"{g.get('tokens_per_object')} tokens per object ({fmt_bytes(g.get('object_bytes'))})")
+    ts = (m.get("generator") or {}).get("tier_sim")
+    if ts:
+        head.add_row("tier sim", ", ".join(f"{k}={_short(k, v)}" for k, v in ts.items()
+                                           if k not in ("bytes_per_token", "object_bytes")))
+    sy = (m.get("generator") or {}).get("synth")
+    if sy:
+        head.add_row("synth", ", ".join(f"{k}={v}" for k, v in sy.items()))
+    head.add_row("created by", f"{m.get('created_by')} (format v{m.get('format_version')})")
+    con.print(head)
+    if m.get("source_facts"):
+        con.print(_facts_table(m["source_facts"]))
+    if m.get("tier_stats"):
+        con.print(_tier_table(m["tier_stats"]))
+
+    from kvreplay.schema import OPS, TIERS
+
+    present = [t for t in TIERS if any(r["tier"] == t for r in s["ops"])]
+    ot = Table(title="events per op and tier (count / bytes)", title_justify="left")
+    ot.add_column("op")
+    for t in present:
+        ot.add_column(t, justify="right")
+    cell = {(r["op"], r["tier"]): r for r in s["ops"]}
+    for op in OPS:
+        if not any((op, t) in cell for t in present):
+            continue
+        ot.add_row(op, *[f"{cell[(op, t)]['count']:,} / {fmt_bytes(cell[(op, t)]['bytes'])}" if (op, t) in cell else ""
+                         for t in present])
+    con.print(ot)
+
+    lt = Table(title="lifetimes (first event -> last copy gone) and residency per tier", title_justify="left")
+    for c in ("", "N", "p50", "p90", "p99", "max"):
+        lt.add_column(c, justify="left" if not c else "right")
+    o = s["objects"]
+
+    def row(name: str, h: dict[str, Any], fmt=fmt_ns) -> None:
+        p = h.get("percentile", {})
+        lt.add_row(name, f"{h['N']:,}", fmt(p.get("50.000000")), fmt(p.get("90.000000")), fmt(p.get("99.000000")),
+                   fmt(h["max"] if h["N"] else None))
+
+    row("object lifetime", s["lifetime_ns"])
+    for tier, h in s["residency_ns"].items():
+        row(f"residency {tier}", h)
+    lt.caption = f"objects: {o['total']:,} total, {o['ended']:,} ended, {o['live_at_end']:,} live at the end"
+    con.print(lt)
+
+    r = s["reuse"]
+    rt = Table(title="reuse (exact LRU stack distance over create/transform/recover/hit/load)", title_justify="left")
+    for c in ("", "N", "p50", "p90", "p99", "max"):
+        rt.add_column(c, justify="left" if not c else "right")
+    for name, key, fmt in (("distance (objects)", "distance_objects", lambda v: "-" if v is None else f"{v:,}"),
+                           ("distance (bytes)", "distance_bytes", fmt_bytes)):
+        h = r[key]
+        p = h.get("percentile", {})
+        rt.add_row(name, f"{h['N']:,}", fmt(p.get("50.000000")), fmt(p.get("90.000000")), fmt(p.get("99.000000")),
+                   fmt(h["max"] if h["N"] else None))
+    rt.caption = (f"{r['accesses']:,} accesses, {r['reuses']:,} reuses; top 10% of objects take "
+                  f"{fmt_pct(r['top10pct_objects_reuse_share'])} of reuses; "
+                  f"{fmt_pct(r['objects_never_reused_share'])} of objects are never reused")
+    con.print(rt)
+
+    for title, rows in (("per tenant", s["tenants"]), ("per kind", s["kinds"])):
+        t = Table(title=title, title_justify="left")
+        for c in ("name", "events", "objects", "persisted", "loads", "hits", "deletes", "invalidations",
+                  "lifetime p50", "lifetime p90"):
+            t.add_column(c, justify="left" if c == "name" else "right")
+        for g_ in rows:
+            t.add_row(g_["name"], f"{g_['events']:,}", f"{g_['objects']:,}", fmt_bytes(g_["persist_bytes"]),
+                      f"{g_['loads']:,}", f"{g_['hits']:,}", f"{g_['deletes']:,}", f"{g_['invalidations']:,}",
+                      fmt_ns(g_["lifetime_p50_ns"]), fmt_ns(g_["lifetime_p90_ns"]))
+        con.print(t)
+
+
+def _short(k: str, v: Any) -> str:
+    if k.endswith("_bytes") and isinstance(v, int):
+        return fmt_bytes(v).replace(" ", "")
+    if isinstance(v, float) and v >= 1e6:
+        return f"{v:.3g}"
+    return str(v)

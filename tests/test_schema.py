@@ -1,0 +1,119 @@
+"""Trace format v1: round trip, streaming, atomic writes, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kvreplay.schema import (
+    ARROW_SCHEMA,
+    META_KEY,
+    OPS,
+    TIERS,
+    TraceMeta,
+    TraceReader,
+    TraceWriter,
+    make_batch,
+    read_trace,
+    write_trace,
+)
+from testbed.errors import KvbedError
+
+
+def batch(n=10, t0=0):
+    return make_batch(ts_ns=np.arange(t0, t0 + n), op=np.array(["create"] * n), obj_id=np.arange(1, n + 1, dtype=np.uint64),
+                      tier=np.array(["gpu"] * n), nbytes=np.full(n, 1 << 20), ntokens=np.full(n, 8),
+                      tenant=np.arange(n) % 2)
+
+
+def test_round_trip_and_metadata(tmp_path):
+    meta = TraceMeta(source={"importer": "x"}, geometry={"bytes_per_token": 131072})
+    path = write_trace(tmp_path / "a.parquet", batch(), meta, tenants=["t0", "t1"])
+    b, r = read_trace(path)
+    assert r.meta.source == {"importer": "x"}
+    assert r.meta.geometry["bytes_per_token"] == 131072
+    assert b["obj_id"].tolist() == list(range(1, 11))
+    assert [r.tenants[i] for i in b["tenant"]] == ["t0", "t1"] * 5
+    pf = pq.ParquetFile(path)
+    assert pf.metadata.row_group(0).column(0).compression == "ZSTD"
+    assert pa.types.is_dictionary(pf.schema_arrow.field("op").type)
+
+
+def test_streaming_row_groups_and_final_meta(tmp_path):
+    path = tmp_path / "s.parquet"
+    w = TraceWriter(path, TraceMeta(), tenants=["a", "b"], row_group_rows=4)
+    w.write(batch(10))
+    w.write(batch(3, t0=10))
+    assert not path.exists()  # nothing visible before close
+    w.close(TraceMeta(tier_stats={"ssd": {"hit_ratio": 0.5}}))
+    r = TraceReader(path)
+    assert r.num_row_groups == 4
+    assert [b.n for b in r.iter_batches()] == [4, 4, 2, 3]
+    assert r.meta.tier_stats == {"ssd": {"hit_ratio": 0.5}}
+
+
+def test_unsorted_write_is_refused_and_leaves_nothing(tmp_path):
+    path = tmp_path / "u.parquet"
+    with pytest.raises(KvbedError, match="not sorted"):
+        with TraceWriter(path, TraceMeta(), tenants=["a", "b"]) as w:
+            w.write(batch(5, t0=100))
+            w.write(batch(5, t0=0))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _raw(tmp_path, meta: dict, table: pa.Table | None = None, name="r.parquet"):
+    table = table if table is not None else pa.Table.from_batches([], ARROW_SCHEMA)
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+    pq.write_table(table, tmp_path / name)
+    return tmp_path / name
+
+
+def test_tenant_code_without_a_name(tmp_path):
+    with pytest.raises(KvbedError, match="tenant code 1 has no entry in the tenant table"):
+        write_trace(tmp_path / "t.parquet", batch(), TraceMeta(), tenants=["only"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_files(tmp_path):
+    good = write_trace(tmp_path / "g.parquet", batch(), TraceMeta(), tenants=["a", "b"])
+    (tmp_path / "x.parquet").write_text("not parquet at all")
+    with pytest.raises(KvbedError, match=r"x\.parquet: not a readable Parquet file"):
+        TraceReader(tmp_path / "x.parquet")
+    data = good.read_bytes()
+    (tmp_path / "trunc.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(KvbedError, match=r"trunc\.parquet: not a readable Parquet file"):
+        TraceReader(tmp_path / "trunc.parquet")
+    meta = json.loads(TraceMeta().to_json())
+    meta["format_version"] = 2
+    with pytest.raises(KvbedError, match="trace format version 2; this kvbed reads version 1"):
+        TraceReader(_raw(tmp_path, meta))
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "plain.parquet")
+    with pytest.raises(KvbedError, match="no 'kvbed' file metadata"):
+        TraceReader(tmp_path / "plain.parquet")
+
+
+def test_unknown_enum_names_the_row(tmp_path):
+    b = batch(6)
+    cols = {}
+    for name in ARROW_SCHEMA.names:
+        typ = ARROW_SCHEMA.field(name).type
+        if name == "op":
+            vals = ["create"] * 4 + ["teleport", "create"]
+            cols[name] = pa.array(vals).dictionary_encode().cast(pa.dictionary(pa.int8(), pa.string()))
+        elif name in ("tier", "kind", "tenant", "scope"):
+            s = {"tier": "gpu", "kind": "exact"}.get(name, "default")
+            cols[name] = pa.array([s] * 6).dictionary_encode().cast(typ)
+        else:
+            cols[name] = pa.array(b[name], typ)
+    path = _raw(tmp_path, json.loads(TraceMeta().to_json()), pa.table(cols, schema=ARROW_SCHEMA))
+    with pytest.raises(KvbedError, match=r"row 4: unknown op 'teleport'"):
+        TraceReader(path).read_all()
+
+
+def test_enums_are_the_documented_ones():
+    assert OPS == ("create", "commit", "persist", "load", "hit", "transform", "invalidate", "evict", "delete", "recover")
+    assert TIERS == ("gpu", "cpu", "cxl", "ssd", "remote")
