@@ -1,0 +1,294 @@
+"""Run one op batch against the guest's device and measure every op.
+
+An op becomes one or more device commands (split at MDTS, ZASL, the DSM range
+limit); its latency is the sum of its commands' times measured around the
+ioctl (buffer preparation excluded). After the first refused op the rest of the
+batch is not run (status NOT_RUN) unless ``stop_on_error`` is false, so the host
+knows exactly which prefix reached the device.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import time
+import zlib
+
+from .hist import Histogram
+from .nvme import ZSA_FINISH, ZSA_RESET, NvmeDevice, NvmeError
+from .wire import (NOT_RUN, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
+                   OP_ZONE_RESET, STAMP, FILLER)
+
+_clock = time.perf_counter_ns
+
+
+def not_run(n: int) -> dict:
+    """Completion columns for ``n`` ops that were not run."""
+    return {"status": array.array("i", [NOT_RUN]) * n, "lat_ns": array.array("q", [0]) * n,
+            "done_ns": array.array("q", [0]) * n, "lba_out": array.array("q", [-1]) * n,
+            "ncmds": array.array("i", [0]) * n, "crc": array.array("I", [0]) * n}
+
+
+class OpRefused(Exception):
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)
+
+
+class Counters:
+    """Cumulative per-agent counters (reported by ``hello``/``stats`` and kept across batches)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.ops = [0] * len(OP_NAMES)
+        self.commands = 0
+        self.bytes_written = 0
+        self.bytes_read = 0
+        self.bytes_trimmed = 0
+        self.bytes_written_by_pid: dict[int, int] = {}
+        self.errors = 0
+        self.hists = {name: Histogram() for name in OP_NAMES}
+
+    def to_dict(self) -> dict:
+        return {
+            "ops": dict(zip(OP_NAMES, self.ops)),
+            "commands": self.commands,
+            "bytes_written": self.bytes_written,
+            "bytes_read": self.bytes_read,
+            "bytes_trimmed": self.bytes_trimmed,
+            "bytes_written_by_pid": {str(k): v for k, v in sorted(self.bytes_written_by_pid.items())},
+            "errors": self.errors,
+        }
+
+
+class BaseExecutor:
+    kind = "base"
+    page_bytes = 4096
+    capacity_pages = 0
+
+    def __init__(self):
+        self.counters = Counters()
+        self.epoch = _clock()
+
+    def info(self) -> dict:
+        raise NotImplementedError
+
+    def run(self, cols: dict, *, stop_on_error: bool = True, stamp: bool = False, crc: bool = False,
+            first_index: int = 0) -> tuple[dict, int, str | None]:
+        """Run a batch; returns (completion columns, number of ops run, first error or None)."""
+        ops, lbas, nps, pids = cols["op"], cols["lba"], cols["npages"], cols["pid"]
+        tags = cols.get("tag")
+        n = len(ops)
+        status = array.array("i", [NOT_RUN]) * n
+        lat = array.array("q", [0]) * n
+        done = array.array("q", [0]) * n
+        lba_out = array.array("q", [-1]) * n
+        ncmds = array.array("i", [0]) * n
+        crcs = array.array("I", [0]) * n
+        first_error = None
+        ran = 0
+        c = self.counters
+        for i in range(n):
+            op = ops[i]
+            try:
+                if not 0 <= op < len(OP_NAMES):
+                    raise OpRefused(-errno.EINVAL, f"unknown op code {op}")
+                t, k, out, cr = self.one(op, lbas[i], nps[i], pids[i], tags[i] if tags is not None else 0, stamp, crc)
+                status[i] = 0
+                lat[i] = t
+                lba_out[i] = out
+                ncmds[i] = k
+                crcs[i] = cr
+                c.ops[op] += 1
+                c.commands += k
+                c.hists[OP_NAMES[op]].add(t)
+            except (OpRefused, NvmeError) as exc:
+                status[i] = exc.status
+                c.errors += 1
+                if first_error is None:
+                    name = OP_NAMES[op] if 0 <= op < len(OP_NAMES) else f"op {op}"
+                    first_error = f"op {first_index + i} ({name} lba={lbas[i]} npages={nps[i]} pid={pids[i]}): {exc}"
+            done[i] = _clock() - self.epoch
+            ran = i + 1
+            if first_error is not None and stop_on_error:
+                break
+        out = {"status": status, "lat_ns": lat, "done_ns": done, "lba_out": lba_out, "ncmds": ncmds, "crc": crcs}
+        return out, ran, first_error
+
+    def one(self, op, lba, npages, pid, tag, stamp, crc):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_range(self, lba: int, npages: int) -> None:
+        if npages < 1:
+            raise OpRefused(-errno.EINVAL, f"npages must be >= 1, got {npages}")
+        if lba < 0 or lba + npages > self.capacity_pages:
+            raise OpRefused(-errno.ERANGE, f"pages [{lba}, {lba + npages}) outside the device's {self.capacity_pages} pages")
+
+
+class NvmeExecutor(BaseExecutor):
+    """Ops in pages of ``page_bytes`` (the host's unit, a multiple of the LBA size) -> NVMe commands in LBAs."""
+
+    kind = "nvme"
+
+    def __init__(self, dev: NvmeDevice):
+        super().__init__()
+        self.dev = dev
+        self.ns = dev.info
+        self.lba_bytes = self.ns.lba_bytes
+        self.buf = dev.buf
+        self.buf.mem[:] = bytes([0x5A]) * len(self.buf.mem)
+        self.set_page_bytes(self.lba_bytes)
+
+    def set_page_bytes(self, page_bytes: int) -> None:
+        if page_bytes < self.lba_bytes or page_bytes % self.lba_bytes:
+            raise OpRefused(-errno.EINVAL, f"page_bytes ({page_bytes}) must be a multiple of the LBA size ({self.lba_bytes})")
+        if self.ns.zoned and (self.ns.zone_lbas * self.lba_bytes) % page_bytes:
+            raise OpRefused(-errno.EINVAL, f"page_bytes ({page_bytes}) must divide the zone size")
+        self.page_bytes = page_bytes
+        self.lpp = page_bytes // self.lba_bytes
+        self.capacity_pages = self.ns.nlb // self.lpp
+
+    def info(self) -> dict:
+        return {"kind": "nvme", "page_bytes": self.page_bytes, "capacity_pages": self.capacity_pages,
+                **self.ns.to_dict()}
+
+    def _stamp(self, slba: int, nlb: int, tag: int) -> None:
+        """Each LBA-sized block starts with (its LBA, tag)."""
+        mem, bs = self.buf.mem, self.lba_bytes
+        filler = FILLER(bs)
+        for j in range(nlb):
+            off = j * bs
+            STAMP.pack_into(mem, off, slba + j, tag)
+            mem[off + STAMP.size: off + bs] = filler
+
+    def one(self, op, lba, npages, pid, tag, stamp, crc):
+        dev, ns = self.dev, self.ns
+        addr = self.buf.addr
+        lpp, bs = self.lpp, self.lba_bytes
+        spent = 0
+        ncmd = 0
+        out = -1
+        cr = 0
+        if op == OP_WRITE or op == OP_READ:
+            self._check_range(lba, npages)
+            dspec = None
+            if op == OP_WRITE and ns.fdp:
+                if not 0 <= pid < ns.nruh:
+                    raise OpRefused(-errno.EINVAL, f"placement id {pid} outside the namespace's {ns.nruh} handles")
+                dspec = pid
+            step = ns.max_cmd_lbas
+            pos, left = lba * lpp, npages * lpp
+            while left:
+                k = min(step, left)
+                if op == OP_WRITE:
+                    if stamp:
+                        self._stamp(pos, k, tag)
+                    t0 = _clock()
+                    dev.write(pos, k, addr, dspec=dspec)
+                    spent += _clock() - t0
+                else:
+                    t0 = _clock()
+                    dev.read(pos, k, addr)
+                    spent += _clock() - t0
+                    if crc:
+                        cr = zlib.crc32(self.buf.view[: k * bs], cr)
+                ncmd += 1
+                pos += k
+                left -= k
+            nbytes = npages * self.page_bytes
+            if op == OP_WRITE:
+                self.counters.bytes_written += nbytes
+                bp = self.counters.bytes_written_by_pid
+                key = pid if ns.fdp else 0
+                bp[key] = bp.get(key, 0) + nbytes
+            else:
+                self.counters.bytes_read += nbytes
+        elif op == OP_TRIM:
+            self._check_range(lba, npages)
+            ranges = []
+            pos, left = lba * lpp, npages * lpp
+            while left:
+                k = min(ns.max_trim_lbas, left)
+                ranges.append((pos, k))
+                pos += k
+                left -= k
+            for j in range(0, len(ranges), 256):
+                t0 = _clock()
+                dev.deallocate(ranges[j: j + 256])
+                spent += _clock() - t0
+                ncmd += 1
+            self.counters.bytes_trimmed += npages * self.page_bytes
+        elif op == OP_ZONE_APPEND:
+            if not ns.zoned:
+                raise OpRefused(-errno.EOPNOTSUPP, "zone append on a namespace that is not zoned")
+            self._check_range(lba, npages)
+            slba = lba * lpp
+            zslba = slba - slba % ns.zone_lbas
+            left = npages * lpp
+            step = ns.zasl_lbas - ns.zasl_lbas % lpp if ns.zasl_lbas >= lpp else ns.zasl_lbas
+            while left:
+                k = min(step, left)
+                if stamp:  # the LBA is the device's choice: stamp the tag only
+                    self._stamp(-1, k, tag)
+                t0 = _clock()
+                got = dev.zone_append(zslba, k, addr)
+                spent += _clock() - t0
+                if out < 0:
+                    out = got // lpp
+                ncmd += 1
+                left -= k
+            self.counters.bytes_written += npages * self.page_bytes
+            bp = self.counters.bytes_written_by_pid
+            bp[0] = bp.get(0, 0) + npages * self.page_bytes
+        elif op == OP_ZONE_RESET or op == OP_ZONE_FINISH:
+            if not ns.zoned:
+                raise OpRefused(-errno.EOPNOTSUPP, f"{OP_NAMES[op]} on a namespace that is not zoned")
+            if not 0 <= lba < self.capacity_pages:
+                raise OpRefused(-errno.ERANGE, f"page {lba} outside the device's {self.capacity_pages} pages")
+            slba = lba * lpp
+            t0 = _clock()
+            dev.zone_action(slba - slba % ns.zone_lbas, ZSA_RESET if op == OP_ZONE_RESET else ZSA_FINISH)
+            spent += _clock() - t0
+            ncmd = 1
+        elif op == OP_RUH_UPDATE:
+            if not ns.fdp:
+                raise OpRefused(-errno.EOPNOTSUPP, "RUH update on a device without FDP")
+            if not 0 <= pid < ns.nruh:
+                raise OpRefused(-errno.EINVAL, f"placement id {pid} outside the namespace's {ns.nruh} handles")
+            t0 = _clock()
+            dev.ruh_update([pid])
+            spent += _clock() - t0
+            ncmd = 1
+        return spent, ncmd, out, cr
+
+    def log(self, name: str):
+        dev = self.dev
+        if name == "smart":
+            return dev.smart()
+        if name == "zone_report":
+            if not self.ns.zoned:
+                raise OpRefused(-errno.EOPNOTSUPP, "zone report on a namespace that is not zoned")
+            return dev.zone_report()
+        if name.startswith("fdp_") or name == "ruh_status":
+            if not self.ns.fdp:
+                raise OpRefused(-errno.EOPNOTSUPP, f"{name}: the device has no FDP")
+            return {"ruh_status": dev.ruh_status, "fdp_configs": dev.fdp_configs, "fdp_stats": dev.fdp_stats,
+                    "fdp_usage": dev.fdp_usage, "fdp_events": dev.fdp_events}.get(name, _unknown(name))()
+        return _unknown(name)()
+
+    def log_names(self) -> list[str]:
+        names = ["smart"]
+        if self.ns.zoned:
+            names.append("zone_report")
+        if self.ns.fdp:
+            names += ["fdp_configs", "ruh_status", "fdp_stats", "fdp_usage", "fdp_events"]
+        return names
+
+
+def _unknown(name):
+    def f():
+        raise OpRefused(-errno.EINVAL, f"unknown log {name!r}")
+
+    return f
