@@ -10,7 +10,8 @@ Op batch columns (all the same length):
   lba         int64  first logical page (unit: the device's page_bytes)
   npages      int32  number of logical pages (>= 1; ignored by ZONE_RESET/FINISH)
   pid         int16  placement id (FDP: index into the namespace's RUH list;
-                     ZNS: ignored; conv: ignored). Invalid ids are an error.
+                     with nrg > 1 reclaim groups, rg * nruh + ruh; ZNS: ignored;
+                     conv: ignored). Invalid ids are an error.
   arrival_ns  int64  when the host issued the op (non-decreasing within a batch)
 
 ``submit`` returns a :class:`Completion` with ``done_ns`` (int64 per op) and,
@@ -20,6 +21,7 @@ for ZONE_APPEND, the LBA the device assigned (``lba``; -1 for other ops).
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -100,6 +102,54 @@ class DeviceModel(abc.ABC):
     def precondition(self, fill_ratio: float, *, overwrite_x: float = 0.0, seed: int = 0) -> dict[str, Any]:
         """Fill and optionally randomly overwrite the device; counted apart (counters reset after)."""
         raise NotImplementedError(f"{self.name} has no preconditioning")
+
+    @contextlib.contextmanager
+    def untimed(self):
+        """Run the body without the timing model (fast fill/warm-up); no effect for models
+        whose timing is not optional. Die/channel clocks are not reset here."""
+        yield self
+
+    # --- construction (additive): one way for every device -------------------------------
+    # ``DEVICES.get(name)(**groups)`` takes one frozen params instance per ``param_classes`` group
+    # (missing groups get defaults), e.g. ``FdpDevice(flash=FlashParams(...), fdp=FdpParams(...))``;
+    # ``from_params`` applies ``k=v`` overrides on the defaults; ``config``/``from_config``
+    # round-trip a saved run config.
+
+    @classmethod
+    def from_params(cls, overrides: Any = (), **groups: Any) -> "DeviceModel":
+        """Build from default params plus overrides: ``["op_ratio=7%", "fdp.nruh=4"]`` or a
+        ``{key: value}`` dict (values typed or text), each key routed to the group with that field."""
+        from testbed.params import field_types, split_overrides, with_overrides
+
+        base = {g: groups.get(g) or c() for g, c in cls.param_classes.items()}
+        if isinstance(overrides, dict):
+            for key, val in overrides.items():
+                g, _, k = key.rpartition(".")
+                if not g:
+                    owners = [n for n, c in cls.param_classes.items() if k in field_types(c)]
+                    g = owners[0] if owners else ""
+                if g not in base:
+                    split_overrides([f"{key}=0"], cls.param_classes)  # raises the standard unknown-key error
+                base[g] = with_overrides(base[g], {k: val})
+        else:
+            for g, kv in split_overrides(list(overrides), cls.param_classes).items():
+                base[g] = with_overrides(base[g], kv)
+        return cls(**base)
+
+    def config(self) -> dict[str, Any]:
+        """``{"device": name, group: {field: value}}``: enough to rebuild the device."""
+        from testbed.params import to_dict
+
+        return {"device": self.name, **{g: to_dict(p) for g, p in self.params.items()}}
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> "DeviceModel":
+        from testbed.params import from_dict
+
+        return cls(**{g: from_dict(c, cfg.get(g, {}), where=f"config.{g}") for g, c in cls.param_classes.items()})
+
+    #: the params instances this device was built from, by group (set by subclasses)
+    params: dict[str, Any]
 
 
 DEVICES: Registry[type[DeviceModel]] = Registry("device")

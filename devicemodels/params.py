@@ -17,7 +17,28 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 @dataclass(frozen=True)
 class FlashParams:
-    """NAND geometry and timing (FEMU defaults) and the logical size the host sees."""
+    """NAND geometry and timing (FEMU defaults), the logical size the host sees, GC and timing knobs.
+
+    Units: ``page_bytes`` is the *mapping unit* (one L2P entry). It may be a
+    multiple of the NAND page ``nand_page_bytes`` (coarse mapping for MB-sized
+    KV objects); a mapping unit of k NAND pages lives on one die and costs k
+    NAND page reads/programs, and a block of ``pages_per_block`` units is k NAND
+    blocks (k erases on its die). ``pages_per_block`` counts mapping units.
+
+    A *line* (superblock) of ``blocks_per_line`` blocks is the unit of
+    allocation and garbage collection; consecutive pages of a line go to
+    consecutive dies (channel first). ``blocks_per_line=0`` means one block on
+    every die (a full stripe). FDP reclaim units are lines of ``ru_bytes``.
+
+    GC thresholds count *free lines* (per reclaim group), not fractions: GC
+    must keep only a few lines free, and a FEMU-style "start at 75% used" on a
+    7%-OP drive would hold most of the spare space empty and inflate WAF.
+    Foreground GC runs when a host write needs a new line and at most
+    ``gc_fg_free_lines`` are free, and the write waits for it (a stall);
+    background GC keeps at least ``gc_bg_free_lines`` free using idle device
+    time (``gc_bg_free_lines <= gc_fg_free_lines`` disables it). The default
+    ``bg = fg + 1`` moves GC into idle time without holding more space free.
+    """
 
     logical_bytes: int = 4 * GiB
     page_bytes: int = 4 * KiB
@@ -29,15 +50,49 @@ class FlashParams:
     page_program_ns: int = 200_000
     block_erase_ns: int = 2_000_000
     pe_cycles_rated: int = 3000
+    # --- additive fields (geometry, GC, timing) ---
+    nand_page_bytes: int = 4 * KiB
+    blocks_per_line: int = 0  # 0 = one block per die (full stripe)
+    channel_bytes_per_s: int = 800_000_000  # ONFI/Toggle bus rate per channel
+    gc_policy: str = "greedy"  # a name in devicemodels.GC_POLICIES
+    gc_d_choices: int = 8  # sample size of the "dchoices" policy
+    gc_bg_free_lines: int = 2
+    gc_fg_free_lines: int = 1
+    gc_separate_frontier: bool = True  # False (conv only): one frontier, GC copies lead each new host line
+    write_buffer_bytes: int = 0  # 0 = write-through: a write completes when programmed
+    write_buffer_ns: int = 2_000  # host write latency into the buffer when it has room
+    timing: bool = True  # False: no latency model (faster); completion = arrival
+    seed: int = 0
 
     def validate(self) -> "FlashParams":
-        for name in ("logical_bytes", "page_bytes", "pages_per_block", "channels", "dies_per_channel"):
+        for name in ("logical_bytes", "page_bytes", "pages_per_block", "channels", "dies_per_channel",
+                     "nand_page_bytes", "channel_bytes_per_s", "pe_cycles_rated", "gc_d_choices"):
             if getattr(self, name) <= 0:
                 raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("page_read_ns", "page_program_ns", "block_erase_ns", "write_buffer_bytes",
+                     "write_buffer_ns", "blocks_per_line", "seed"):
+            if getattr(self, name) < 0:
+                raise KvbedError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.logical_bytes % self.page_bytes:
             raise KvbedError(f"logical_bytes ({self.logical_bytes}) must be a multiple of page_bytes ({self.page_bytes})")
+        if self.page_bytes % self.nand_page_bytes:
+            raise KvbedError(f"page_bytes ({self.page_bytes}) must be a multiple of nand_page_bytes ({self.nand_page_bytes})")
+        if self.write_buffer_bytes % self.page_bytes:
+            raise KvbedError(f"write_buffer_bytes ({self.write_buffer_bytes}) must be a multiple of page_bytes ({self.page_bytes})")
         if not (0.0 < self.op_ratio < 10.0):
             raise KvbedError(f"op_ratio must be in (0, 10), got {self.op_ratio}")
+        if self.gc_fg_free_lines < 1:
+            raise KvbedError(f"gc_fg_free_lines must be >= 1 (GC needs a free line as its destination), "
+                             f"got {self.gc_fg_free_lines}")
+        if self.gc_bg_free_lines < 0:
+            raise KvbedError(f"gc_bg_free_lines must be >= 0, got {self.gc_bg_free_lines}")
+        if not self.gc_separate_frontier and self.gc_fg_free_lines < 2:
+            raise KvbedError("gc_separate_frontier=false needs gc_fg_free_lines >= 2 (GC copies into the host "
+                             "line it just opened and must still have a free line to continue into)")
+        if self.logical_pages >= 2**31 - 1:
+            raise KvbedError(f"too many logical pages ({self.logical_pages}) for 32-bit maps; raise page_bytes")
+        from devicemodels.base import GC_POLICIES  # late: policies register on package import
+        GC_POLICIES.get(self.gc_policy)
         return self
 
     @property
@@ -51,6 +106,25 @@ class FlashParams:
     @property
     def block_bytes(self) -> int:
         return self.pages_per_block * self.page_bytes
+
+    @property
+    def nand_pages_per_page(self) -> int:
+        """NAND pages per mapping unit (k): time of a unit read/program and of a block erase scale by k."""
+        return self.page_bytes // self.nand_page_bytes
+
+    @property
+    def line_blocks(self) -> int:
+        return self.blocks_per_line or self.dies
+
+    @property
+    def gc_reserved_lines(self) -> int:
+        """Most lines GC may hold free when it needs to run (enters the OP progress check)."""
+        return max(self.gc_fg_free_lines, self.gc_bg_free_lines - 1)
+
+    @property
+    def page_xfer_ns(self) -> int:
+        """Channel time to move one mapping unit between controller and die."""
+        return -(-self.page_bytes * 1_000_000_000 // self.channel_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -71,6 +145,20 @@ class FdpParams:
             raise KvbedError(f"ruh_type must be 'initially' or 'persistently', got {self.ruh_type!r}")
         return self
 
+    def validate_with(self, flash: FlashParams) -> "FdpParams":
+        """Checks that need the NAND geometry: an RU is whole blocks, RGs split the dies evenly."""
+        self.validate()
+        if self.ru_bytes % flash.block_bytes:
+            raise KvbedError(
+                f"ru_bytes ({self.ru_bytes}) must be a multiple of the block size "
+                f"(pages_per_block x page_bytes = {flash.block_bytes})")
+        if flash.dies % self.nrg:
+            raise KvbedError(f"nrg ({self.nrg}) must divide the number of dies ({flash.dies})")
+        return self
+
+    def ru_blocks(self, flash: FlashParams) -> int:
+        return self.ru_bytes // flash.block_bytes
+
 
 @dataclass(frozen=True)
 class ZnsParams:
@@ -80,6 +168,9 @@ class ZnsParams:
     zone_cap_bytes: int = 48 * MiB
     max_open_zones: int = 14
     max_active_zones: int = 14
+    # NVMe ZNS: opening a zone beyond the open limit implicitly closes an implicitly
+    # opened zone (QEMU's auto-transition); False makes it a "too many open zones" error.
+    implicit_close: bool = True
 
     def validate(self) -> "ZnsParams":
         if self.zone_bytes <= 0 or self.zone_cap_bytes <= 0:
@@ -88,6 +179,15 @@ class ZnsParams:
             raise KvbedError(f"zone_cap_bytes ({self.zone_cap_bytes}) exceeds zone_bytes ({self.zone_bytes})")
         if not (0 < self.max_open_zones <= self.max_active_zones):
             raise KvbedError("need 0 < max_open_zones <= max_active_zones")
+        return self
+
+    def validate_with(self, flash: FlashParams) -> "ZnsParams":
+        self.validate()
+        for name in ("zone_bytes", "zone_cap_bytes"):
+            if getattr(self, name) % flash.page_bytes:
+                raise KvbedError(f"{name} ({getattr(self, name)}) must be a multiple of page_bytes ({flash.page_bytes})")
+        if flash.logical_bytes % self.zone_bytes:
+            raise KvbedError(f"logical_bytes ({flash.logical_bytes}) must be a multiple of zone_bytes ({self.zone_bytes})")
         return self
 
 
@@ -99,8 +199,33 @@ class CxlParams:
     load_ns: int = 250  # local DRAM ~100 ns + CXL hop; see reference-figures.md
     store_ns: int = 250
     bandwidth_bytes_per_s: int = 32_000_000_000
+    page_bytes: int = 4 * KiB  # addressing unit of op batches (lba, npages)
 
     def validate(self) -> "CxlParams":
-        if self.cxl_bytes <= 0 or self.load_ns <= 0 or self.store_ns <= 0 or self.bandwidth_bytes_per_s <= 0:
-            raise KvbedError("cxl_bytes, load_ns, store_ns, bandwidth_bytes_per_s must be positive")
+        for name in ("cxl_bytes", "load_ns", "store_ns", "bandwidth_bytes_per_s", "page_bytes"):
+            if getattr(self, name) <= 0:
+                raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.cxl_bytes % self.page_bytes:
+            raise KvbedError(f"cxl_bytes ({self.cxl_bytes}) must be a multiple of page_bytes ({self.page_bytes})")
+        return self
+
+
+@dataclass(frozen=True)
+class CxlSsdParams:
+    """CXL-SSD: a set-associative DRAM page cache (write-back) in front of a conventional FTL.
+
+    Hits cost the CXL link transfer plus ``CxlParams.load_ns``/``store_ns``; read misses add a
+    NAND read of the backing FTL; evicting a dirty page writes it to flash in the background.
+    """
+
+    cache_bytes: int = 256 * MiB
+    cache_ways: int = 8
+
+    def validate_with(self, flash: FlashParams) -> "CxlSsdParams":
+        if self.cache_bytes <= 0 or self.cache_ways <= 0:
+            raise KvbedError("cache_bytes and cache_ways must be positive")
+        pages = self.cache_bytes // flash.page_bytes
+        if self.cache_bytes % flash.page_bytes or pages % self.cache_ways:
+            raise KvbedError(f"cache_bytes ({self.cache_bytes}) must be a whole number of sets of cache_ways "
+                             f"({self.cache_ways}) pages of page_bytes ({flash.page_bytes})")
         return self

@@ -1,0 +1,50 @@
+"""Shared pieces of the fio-shaped ``stats()`` dicts: latency per op type and wear."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from devicemodels.base import OP_NAMES
+from devicemodels.histogram import LatencyHistogram
+
+
+def latency_by_op(hist: np.ndarray, page_bytes: int, pages_by_op: dict[str, int]) -> dict[str, Any]:
+    """``{"write": {"ios": n, "io_bytes": b, "lat_ns": {...fio lat_ns...}}, ...}`` for ops seen."""
+    out: dict[str, Any] = {}
+    for code, name in enumerate(OP_NAMES):
+        h = LatencyHistogram(hist[code])
+        if h.n == 0:
+            continue
+        entry: dict[str, Any] = {"ios": h.n}
+        if name in pages_by_op:
+            entry["io_bytes"] = int(pages_by_op[name]) * page_bytes
+        entry["lat_ns"] = h.to_dict()
+        out[name] = entry
+    return out
+
+
+def wear_summary(erase_per_unit: np.ndarray, blocks_per_unit: int, pe_cycles_rated: int) -> dict[str, Any]:
+    """Erase counts per block (every block of a line/zone is erased together) and lifetime used."""
+    e = np.asarray(erase_per_unit, dtype=np.int64)
+    if e.size == 0:
+        return {}
+    vals, counts = np.unique(e, return_counts=True)
+    if vals.size <= 32:
+        dist = {str(int(v)): int(c) * blocks_per_unit for v, c in zip(vals, counts)}
+    else:
+        qs = (0, 1, 5, 25, 50, 75, 95, 99, 100)
+        dist = {f"p{q}": float(np.percentile(e, q)) for q in qs}
+    mean = float(e.mean())
+    return {
+        "blocks": int(e.size) * blocks_per_unit,
+        "erase_count_min": int(e.min()),
+        "erase_count_max": int(e.max()),
+        "erase_count_mean": mean,
+        "erase_count_stddev": float(e.std()),
+        "erase_count_distribution": dist,
+        "pe_cycles_rated": pe_cycles_rated,
+        "lifetime_consumed": mean / pe_cycles_rated,
+        "lifetime_consumed_worst_block": float(e.max()) / pe_cycles_rated,
+    }

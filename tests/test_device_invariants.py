@@ -1,0 +1,146 @@
+"""Property tests (hypothesis): the FTL keeps its books straight under any op sequence, and ZNS
+follows a reference state machine.
+
+Checked after every batch: L2P and P2L are inverse (each LBA maps to at most one valid page and
+back), valid counts per line match P2L, valid pages equal mapped LBAs (conserved), free space
+accounting is never negative, media writes >= host writes, completions are not before arrivals,
+and the mapped LBA set equals a plain Python model of writes minus trims.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET, op_batch
+from testbed.errors import KvbedError
+
+from device_helpers import make
+
+L = 1024  # logical pages of the test devices below
+SMALL = ["logical_bytes=4MiB", "pages_per_block=8", "channels=2", "dies_per_channel=2", "op_ratio=0.5"]
+
+op_rows = st.lists(
+    st.tuples(st.sampled_from([OP_WRITE, OP_WRITE, OP_WRITE, OP_TRIM, OP_READ, OP_RUH_UPDATE]),
+              st.integers(0, L - 1), st.integers(1, 24), st.integers(0, 3), st.integers(0, 300_000)),
+    min_size=1, max_size=400)
+
+configs = st.fixed_dictionaries({
+    "device": st.sampled_from(["conv", "fdp"]),
+    "gc": st.sampled_from(["greedy", "fifo", "random", "d-choices", "cost-benefit"]),
+    "timing": st.booleans(),
+    "ruh_type": st.sampled_from(["initially", "persistently"]),
+    "wbuf": st.sampled_from([0, 4]),
+    "shared": st.booleans(),
+})
+
+
+def _device(cfg):
+    extra = [f"gc_policy={cfg['gc']}", f"timing={cfg['timing']}", f"write_buffer_bytes={cfg['wbuf'] * 4096}"]
+    if cfg["device"] == "fdp":
+        extra += ["ru_bytes=64KiB", "nruh=4", f"ruh_type={cfg['ruh_type']}"]
+    elif cfg["shared"]:
+        extra += ["gc_separate_frontier=false", "gc_fg_free_lines=2", "blocks_per_line=2"]
+    else:
+        extra += ["blocks_per_line=2"]
+    return make(cfg["device"], *extra, base=SMALL)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs, batches=st.lists(op_rows, min_size=1, max_size=4))
+def test_ftl_invariants(cfg, batches):
+    d = _device(cfg)
+    assert d.logical_pages == L
+    mapped = np.zeros(L, bool)
+    host = 0
+    t = 0
+    for rows in batches:
+        op, lba, npg, pid, gap = (np.array(c) for c in zip(*rows))
+        if cfg["device"] == "conv":
+            op = np.where(op == OP_RUH_UPDATE, OP_READ, op)
+        npg = np.minimum(npg, L - lba)
+        arrival = t + np.cumsum(gap)
+        t = int(arrival[-1])
+        c = d.submit(op_batch(op, lba, npg, pid, arrival))
+        assert (c.done_ns >= arrival).all()
+        for o, a, n in zip(op, lba, npg):
+            if o == OP_WRITE:
+                mapped[a:a + n] = True
+                host += int(n)
+            elif o == OP_TRIM:
+                mapped[a:a + n] = False
+        d.check_invariants()
+        assert np.array_equal(d.st.l2p >= 0, mapped)
+        cnt = d.counters()
+        assert cnt["host_pages_written"] == host
+        assert cnt["media_pages_written"] == host + cnt["gc_pages_moved"] >= host
+        assert min(d.stats()["gc"]["free_lines"]) >= 0
+
+
+zone_rows = st.lists(
+    st.tuples(st.sampled_from([OP_WRITE, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_RESET, OP_ZONE_FINISH, OP_READ]),
+              st.integers(0, 7), st.sampled_from([0, 0, 0, 1, 5]), st.integers(1, 40)),
+    min_size=1, max_size=80)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=zone_rows, implicit_close=st.booleans())
+def test_zns_matches_a_reference_state_machine(rows, implicit_close):
+    """Each op alone; the device accepts exactly what the reference accepts and lands in the same state."""
+    d = make("zns", "zone_bytes=64KiB", "zone_cap_bytes=48KiB", "max_open_zones=2", "max_active_zones=3",
+             f"implicit_close={implicit_close}", base=["logical_bytes=512KiB", "pages_per_block=4"])
+    zp, cap = 16, 12
+    wp = [0] * 8
+    state = ["empty"] * 8  # empty | open | closed | full
+    seq = [0] * 8
+    tick = 0
+    for o, z, off_kind, n in rows:
+        tick += 1
+        off = {0: wp[z], 1: 0, 5: wp[z] + 1}[off_kind] if o == OP_WRITE else (0 if off_kind == 0 else 1)
+        lba = z * zp + min(off, zp - 1)
+        ok = True
+        if o in (OP_WRITE, OP_ZONE_APPEND):
+            if o == OP_ZONE_APPEND and lba != z * zp:
+                ok = False
+            start = wp[z] if o == OP_ZONE_APPEND else lba - z * zp
+            if ok and (state[z] == "full" or start != wp[z] or wp[z] + n > cap):
+                ok = False
+            if ok and state[z] != "open":
+                n_open = state.count("open")
+                n_active = n_open + state.count("closed")
+                if state[z] == "empty" and n_active >= 3:
+                    ok = False
+                elif n_open >= 2:
+                    if not implicit_close:
+                        ok = False
+                    else:
+                        victim = min((y for y in range(8) if state[y] == "open"), key=lambda y: seq[y])
+                        state[victim] = "closed"
+            if ok:
+                if state[z] != "open":
+                    state[z] = "open"
+                    seq[z] = tick
+                wp[z] += n
+                if wp[z] == cap:
+                    state[z] = "full"
+        elif o in (OP_ZONE_RESET, OP_ZONE_FINISH):
+            if lba != z * zp:
+                ok = False
+            elif o == OP_ZONE_RESET:
+                state[z], wp[z] = "empty", 0
+            else:
+                state[z] = "full"
+        else:
+            n = min(n, 8 * zp - lba)
+        batch = op_batch(np.array([o]), np.array([lba]), np.array([n]))
+        if ok:
+            d.submit(batch)
+        else:
+            try:
+                d.submit(batch)
+                raise AssertionError(f"device accepted {o} at {lba} (+{n}) that the reference refuses")
+            except KvbedError:
+                pass
+        assert list(d.zones()["wp"]) == wp
+        codes = {"empty": 0, "open": 1, "closed": 3, "full": 4}
+        assert list(d.zones()["state"]) == [codes[s] for s in state]
+        d.check_invariants()
