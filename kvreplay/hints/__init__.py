@@ -1,0 +1,26 @@
+"""Placement-hint policies: which class each write of the replayed tier goes to.
+
+``HINTS`` maps a lowercase name to a :class:`~kvreplay.hints.base.HintPolicy`
+subclass; one file per policy, each stating what it may know:
+
+=============== ===============================================================
+none            nothing (one class)
+oracle          the future: exact remaining lifetime, quantile-bucketed
+noisy-oracle    the oracle with a seeded misclassification rate
+hotness         the past: decayed reuse count (recency + frequency, LRFU-like)
+predicted       the past: lifetimes learned online per feature bucket
+type            the written object's kind and tenant
+=============== ===============================================================
+"""
+
+from __future__ import annotations
+
+from testbed.registry import Registry
+
+HINTS: Registry[type] = Registry("hint policy")
+
+# Registration happens on import of each policy module.
+from kvreplay.hints import hotness, noisy_oracle, none, objtype, oracle, predicted  # noqa: E402,F401
+from kvreplay.hints.base import Future, HintPolicy  # noqa: E402
+
+__all__ = ["HINTS", "HintPolicy", "Future"]

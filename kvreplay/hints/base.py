@@ -1,0 +1,116 @@
+"""The hint-policy contract.
+
+A policy gives every write of the replayed tier a placement class in
+``[0, n_classes)``; the replay maps classes to FDP placement ids or ZNS zone
+groups. Policies differ in what they may know, and each says so in ``knows``
+(echoed into result.json), because a hint is only as honest as its information:
+
+- an *online* policy sees the trace strictly in order, every tier's events up to
+  and including the write it classifies, and nothing after it. Its state lives
+  in numba arrays, and its answers must not depend on how the trace is cut into
+  batches (tests replay with different batch sizes and with the future removed);
+- an *offline* policy (``needs_future = True``) is additionally given the
+  :class:`Future` of the replayed tier (when every write dies), computed in the
+  replay's first pass; it exists to bound what any online policy could reach.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvreplay.schema import EventBatch
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """A policy without parameters."""
+
+
+@dataclass
+class Future:
+    """What the first pass learned about the replayed tier's writes, in write order.
+
+    ``lifetime`` is how long each written copy lived on the lifetime clock
+    (``clock``: "bytes" = bytes written to the tier meanwhile, "time" = trace
+    ns), -1 for a copy still resident at the end of the trace. ``weight`` (its
+    size in mapping units) weights the quantiles.
+    """
+
+    clock: str
+    lifetime: np.ndarray  # int64, -1 = never dies
+    weight: np.ndarray  # int32 mapping units
+    end: int  # the clock at the end of the trace
+
+    @property
+    def n(self) -> int:
+        return len(self.lifetime)
+
+
+class HintPolicy(abc.ABC):
+    name: ClassVar[str]
+    knows: ClassVar[str]  # one sentence: the information this policy uses
+    needs_future: ClassVar[bool] = False
+    Params: ClassVar[type] = NoParams
+    #: trace columns read besides ts_ns, op, obj_id, tier, nbytes
+    columns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n_classes: int, params: Any = None, *, seed: int = 0, tier: int = 3):
+        if n_classes < 1:
+            raise ValueError("n_classes must be >= 1")
+        self.n_classes = int(n_classes)
+        self.params = params if params is not None else self.Params()
+        self.seed = int(seed)
+        self.tier = int(tier)
+        self.writes_seen = 0
+
+    def prepare(self, future: Future) -> None:
+        """Offline policies receive the tier's future here (called once, before replay)."""
+
+    @abc.abstractmethod
+    def _assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> np.ndarray:
+        """Classes (int16) for the events at ``writes`` (indices of WRITE actions in ``batch``)."""
+
+    def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> np.ndarray:
+        cls = self._assign(batch, actions, writes)
+        self.writes_seen += len(writes)
+        return np.ascontiguousarray(cls, dtype=np.int16)
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for result.json (edges learned, tables sizes...)."""
+        return {}
+
+    def memory_bytes(self) -> int:
+        return 0
+
+
+def lifetime_edges(lifetime: np.ndarray, weight: np.ndarray, n_classes: int) -> np.ndarray:
+    """``n_classes - 1`` class edges at the weighted quantiles k/n of ``lifetime``.
+
+    Class k holds lifetimes in (edge[k-1], edge[k]]: every class then carries
+    about the same number of bytes, so each placement id sees a similar write
+    rate. ``lifetime`` may hold +inf (never dies). When at least 1/n of the bytes
+    never die, plain quantiles would put infinite edges on several classes and
+    leave some empty; instead the never-dying copies get the top class alone and
+    the finite lifetimes are split into the other n-1 at their own quantiles.
+    """
+    if n_classes <= 1 or len(lifetime) == 0:
+        return np.zeros(0, np.float64)
+    inf = ~np.isfinite(lifetime)
+    w = weight.astype(np.float64)
+    if inf.any() and w[inf].sum() * n_classes >= w.sum() and (~inf).any():
+        finite = lifetime[~inf]
+        return np.concatenate([lifetime_edges(finite, weight[~inf], n_classes - 1), [finite.max()]])
+    order = np.argsort(lifetime, kind="stable")
+    lt = lifetime[order]
+    cw = np.cumsum(weight[order].astype(np.float64))
+    targets = cw[-1] * np.arange(1, n_classes) / n_classes
+    pos = np.minimum(np.searchsorted(cw, targets, side="left"), len(lt) - 1)
+    return lt[pos].astype(np.float64)
+
+
+def classes_from_edges(lifetime: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    return np.searchsorted(edges, lifetime, side="left").astype(np.int16)

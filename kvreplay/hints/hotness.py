@@ -1,0 +1,133 @@
+"""``hotness``: recency and frequency of use so far, LRFU-style.
+
+Every object carries a score that gains 1 at each reuse (a ``hit`` or ``load``
+in any tier) and halves every ``half_life_ns`` of trace time without one - the
+combined recency/frequency value of LRFU (Lee et al., 2001), which behaves
+like LRU for a short half-life and like LFU for a long one. A write is ranked
+by ``log2(1 + score)``: with ``adaptive`` (default) its class is that value's
+place among the running quantiles of the values of earlier writes (edges moved
+every ``refresh`` writes, :mod:`kvreplay.hints.quantiles`), so every placement
+id gets a share whatever the trace's reuse scale; before the first refresh, and
+with ``adaptive=false``, the class is ``floor(log2(1 + score))`` (a 1e-6
+relative tolerance lets three hits a few ns ago make class 2) capped at the top
+class: never-reused objects share class 0, each further class needs about
+twice the recent reuse.
+
+A new object starts from its parent's current score when ``inherit`` is on
+(``parent_id`` is the previous chunk of the prefix, or the source of a
+transform): the tail of a hot shared prefix is likely hot too.
+
+Knows: the past only - reuse events of every tier up to the write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from kvreplay.schema import OP_DELETE, OP_HIT, OP_LOAD
+from kvreplay.hints import HINTS
+from kvreplay.hints.base import HintPolicy
+from kvreplay.layout.actions import A_WRITE
+from kvreplay.hints.quantiles import class_of, new_state, refresh_edges, score_bin
+from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
+from testbed.errors import KvbedError
+
+
+@dataclass(frozen=True)
+class HotnessParams:
+    half_life_ns: int = 60_000_000_000  # score halves after this much trace time without reuse
+    inherit: bool = True  # a new object starts from its parent's score
+    adaptive: bool = True  # classes at the running quantiles of the scores (else a fixed log2 scale)
+    refresh: int = 4096  # move the adaptive edges every this many writes
+
+
+@njit(cache=True, inline="always")
+def _decayed(score, last, now, half_life):
+    if now <= last:
+        return score
+    return score * 2.0 ** (-(now - last) / half_life)
+
+
+@njit(cache=True, nogil=True)
+def _hot_kernel(start, j, op, obj, parent, ts, actions, kv, meta, free, score, last,
+                out, n_classes, half_life, inherit, adaptive, refresh, hist, edges, state):
+    """Events [start, ...) with ``j`` writes classified so far; returns (stop, j) - stop < len: grow."""
+    for i in range(start, len(op)):
+        o = op[i]
+        key = obj[i]
+        now = ts[i]
+        s = ot_find(kv, key)
+        if s < 0 and o != OP_DELETE:
+            if ot_full(kv, meta, free):
+                return i, j
+            s, _ = ot_insert(kv, meta, free, key)
+            score[s] = 0.0
+            last[s] = now
+            if inherit and parent[i] != 0:
+                p = ot_find(kv, parent[i])
+                if p >= 0:
+                    score[s] = _decayed(score[p], last[p], now, half_life)
+        if o == OP_HIT or o == OP_LOAD:
+            score[s] = _decayed(score[s], last[s], now, half_life) + 1.0
+            last[s] = now
+        if actions[i] == A_WRITE:
+            sc = _decayed(score[s], last[s], now, half_life)
+            y = np.log2((1.0 + sc) * (1.0 + 1e-6))  # reuse that decayed by a hair still reaches its class
+            if adaptive and state[0] == 1:
+                c = class_of(y, edges)
+            else:
+                c = min(int(y), n_classes - 1)
+            if adaptive:
+                hist[score_bin(y)] += 1
+                state[1] += 1
+                if state[1] % refresh == 0:
+                    refresh_edges(hist, edges)
+                    state[0] = 1
+            out[j] = c
+            j += 1
+        if o == OP_DELETE and s >= 0:
+            ot_remove(kv, meta, free, key)
+    return len(op), j
+
+
+@HINTS.register("hotness")
+class HotnessHints(HintPolicy):
+    knows = "the past only: every tier's hit/load events up to the write (decayed reuse count)"
+    Params = HotnessParams
+    columns = ("parent_id",)
+
+    def __init__(self, n_classes, params=None, *, seed=0, tier=3):
+        super().__init__(n_classes, params, seed=seed, tier=tier)
+        if self.params.half_life_ns <= 0:
+            raise KvbedError(f"--param half_life_ns: must be positive, got {self.params.half_life_ns}")
+        if self.params.refresh < 1:
+            raise KvbedError(f"--param refresh: must be >= 1, got {self.params.refresh}")
+        self.table = ObjTable({"score": (np.float64, 0.0), "last": (np.int64, 0)})
+        self.hist, self.edges = new_state(self.n_classes)
+        self.state = np.zeros(2, np.int64)  # edges ready, writes ranked
+
+    def _assign(self, batch, actions, writes):
+        out = np.zeros(len(writes), np.int16)
+        i, j = 0, 0
+        while True:
+            t = self.table
+            p = self.params
+            i, j = _hot_kernel(i, j, batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], actions,
+                               t.kv, t.meta, t.free, t.cols["score"], t.cols["last"],
+                               out, self.n_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive),
+                               int(p.refresh), self.hist, self.edges, self.state)
+            if i == batch.n:
+                return out
+            t.grow()
+
+    def describe(self):
+        p = self.params
+        return {"half_life_ns": p.half_life_ns, "inherit": p.inherit, "adaptive": p.adaptive,
+                "edges_log2": [float(e) for e in self.edges] if self.state[0] else [],
+                "objects_tracked_at_end": self.table.count}
+
+    def memory_bytes(self):
+        return self.table.nbytes()

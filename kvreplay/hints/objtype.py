@@ -1,0 +1,59 @@
+"""``type``: one class per (kind, tenant) pair - what an application can tag without any prediction.
+
+Pairs get classes in the order they first write to the tier (round-robin when
+there are more pairs than classes), so e.g. quantized copies, parity objects
+and each tenant's KV end up in separate placement ids when the device has
+enough of them.
+
+Knows: the kind and tenant of the object being written (and which pairs wrote before).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kvreplay.hints import HINTS
+from kvreplay.hints.base import HintPolicy
+from kvreplay.layout.objtable import ObjTable, ot_full, ot_insert
+
+
+@njit(cache=True, nogil=True)
+def _type_kernel(start, kind, tenant, writes, kv, meta, free, pair_cls, nxt, out, n_classes):
+    for j in range(start, len(writes)):
+        i = writes[j]
+        if ot_full(kv, meta, free):
+            return j
+        key = (np.uint64(kind[i]) << np.uint64(32)) | np.uint64(np.uint32(tenant[i]))
+        s, fresh = ot_insert(kv, meta, free, key)
+        if fresh:
+            pair_cls[s] = nxt[0] % n_classes
+            nxt[0] += 1
+        out[j] = pair_cls[s]
+    return len(writes)
+
+
+@HINTS.register("type")
+class TypeHints(HintPolicy):
+    knows = "the written object's kind and tenant only"
+    columns = ("kind", "tenant")
+
+    def __init__(self, n_classes, params=None, *, seed=0, tier=3):
+        super().__init__(n_classes, params, seed=seed, tier=tier)
+        self.pairs = ObjTable({"cls": (np.int16, 0)}, initial=64)
+        self.next = np.zeros(1, np.int64)
+
+    def _assign(self, batch, actions, writes):
+        out = np.zeros(len(writes), np.int16)
+        w = writes.astype(np.int64)
+        j = 0
+        while True:
+            p = self.pairs
+            j = _type_kernel(j, batch["kind"], batch["tenant"], w, p.kv, p.meta, p.free, p.cols["cls"], self.next,
+                             out, self.n_classes)
+            if j == len(w):
+                return out
+            p.grow()
+
+    def describe(self):
+        return {"pairs_seen": int(self.next[0])}

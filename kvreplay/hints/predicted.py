@@ -1,0 +1,220 @@
+"""``predicted``: an online lifetime learner - no future knowledge.
+
+Each object gets a feature bucket when it is first seen: its kind, its tenant,
+its prefix depth (how many chunks precede it in the prefix chain, found through
+``parent_id``, the previous chunk of the prompt; a derived copy keeps its
+source's depth, as :mod:`kvreplay.tiers.features` defines it) and its session
+turn (how many earlier requests of its session were seen). When a copy on the replayed tier
+dies (evict/delete/invalidate on the tier, or a rewrite) its lifetime is
+learned: the mean log2 lifetime of its bucket is updated, at three levels of
+detail - (kind, tenant, depth, turn), (kind, depth), (kind) - plus a global
+histogram of log2 lifetimes.
+
+A write's predicted lifetime is the mean log-lifetime of its most specific
+bucket with at least ``min_samples`` deaths (falling back to coarser levels,
+then to the global mean). Predictions become classes by their own running
+quantiles (:mod:`kvreplay.hints.quantiles`): the edges move to the quantiles of
+all predictions made so far every ``refresh`` predictions, counted in trace
+order, so the classes never depend on batch boundaries and every placement id
+gets a share. Until ``min_samples`` copies have died and ``refresh``
+predictions were made, everything goes to class 0 (it knows nothing yet).
+
+Known bias, on purpose: only dead copies teach it, so long-lived buckets are
+learned late (right-censoring) - the gap to ``oracle`` is part of the answer.
+
+Knows: the past only - every tier's events up to the write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from kvreplay import schema as S
+from kvreplay.hints import HINTS
+from kvreplay.hints.base import HintPolicy
+from kvreplay.hints.oracle import CLOCKS
+from kvreplay.hints.quantiles import class_of, new_state, refresh_edges, score_bin
+from kvreplay.layout.actions import A_DROP, A_FREE, A_WRITE
+from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
+from testbed.errors import KvbedError
+
+N_KINDS = len(S.KINDS)
+TENANT_BUCKETS = 8
+DEPTH_BUCKETS = 8  # 0, 1, 2-3, 4-7, ... (log2)
+TURN_BUCKETS = 4  # 1, 2, 3-4, 5+
+LEVEL0 = N_KINDS * TENANT_BUCKETS * DEPTH_BUCKETS * TURN_BUCKETS
+LEVEL1 = N_KINDS * DEPTH_BUCKETS
+LEVEL2 = N_KINDS
+
+OP_DELETE, OP_TRANSFORM = S.OP_DELETE, S.OP_TRANSFORM
+KIND_EXACT = S.KIND["exact"]
+
+
+@dataclass(frozen=True)
+class PredictedParams:
+    clock: str = "bytes"  # lifetime clock, as for oracle: "bytes" written to the tier or trace "time"
+    min_samples: int = 16  # deaths a bucket needs before its own mean is trusted
+    refresh: int = 1024  # move the class edges to the predictions' quantiles every this many predictions
+
+
+@njit(cache=True, inline="always")
+def _log_bucket(v, cap):
+    b = 0
+    while v > 0 and b < cap - 1:
+        v >>= 1
+        b += 1
+    return b
+
+
+@njit(cache=True)
+def _learn(lt, b0, cnt, tot):
+    x = np.log2(max(lt, 1.0))
+    kind = b0 // (TENANT_BUCKETS * DEPTH_BUCKETS * TURN_BUCKETS)
+    depth = (b0 // TURN_BUCKETS) % DEPTH_BUCKETS
+    b1 = LEVEL0 + kind * DEPTH_BUCKETS + depth
+    b2 = LEVEL0 + LEVEL1 + kind
+    g = LEVEL0 + LEVEL1 + LEVEL2
+    cnt[b0] += 1
+    tot[b0] += x
+    cnt[b1] += 1
+    tot[b1] += x
+    cnt[b2] += 1
+    tot[b2] += x
+    cnt[g] += 1
+    tot[g] += x
+
+
+@njit(cache=True, nogil=True)
+def _pred_kernel(start, j, op, obj, parent, ts, nbytes, kind, tenant, req, sess, actions,
+                 kv, meta, free, o_bucket, o_depth, o_birth,
+                 skv, smeta, sfree, s_req, s_turn,
+                 cnt, tot, phist, edges, state, out, min_samples, refresh, clock_bytes):
+    """Events [start, ...) with ``j`` writes classified so far; returns (stop, j) - stop < len: grow."""
+    # state: [clock, deaths, edges_ready, predictions]
+    g = LEVEL0 + LEVEL1 + LEVEL2
+    for i in range(start, len(op)):
+        o = op[i]
+        key = obj[i]
+        s = ot_find(kv, key)
+        if s < 0 and o != OP_DELETE and (ot_full(kv, meta, free) or ot_full(skv, smeta, sfree)):
+            return i, j
+        if clock_bytes == 0:
+            state[0] = ts[i]
+        if s < 0 and o != OP_DELETE:
+            s, _ = ot_insert(kv, meta, free, key)
+            depth = 0
+            if parent[i] != 0:
+                p = ot_find(kv, parent[i])
+                if p >= 0:  # the next chunk of a prefix is one deeper; a derived copy keeps its source's depth
+                    depth = o_depth[p] + (1 if (o != OP_TRANSFORM and kind[i] == KIND_EXACT) else 0)
+            turn = 0
+            if sess[i] >= 0:
+                q, fresh = ot_insert(skv, smeta, sfree, np.uint64(sess[i]))
+                if fresh:
+                    s_req[q] = -2
+                    s_turn[q] = 0
+                if req[i] > s_req[q]:  # a later request of the session: the next turn
+                    s_req[q] = req[i]
+                    s_turn[q] += 1
+                turn = max(s_turn[q] - 1, 0)
+            o_depth[s] = depth
+            o_birth[s] = -1
+            k = kind[i] if 0 <= kind[i] < N_KINDS else 0
+            t = tenant[i] % TENANT_BUCKETS
+            o_bucket[s] = ((k * TENANT_BUCKETS + t) * DEPTH_BUCKETS + _log_bucket(depth, DEPTH_BUCKETS)) \
+                * TURN_BUCKETS + _log_bucket(turn, TURN_BUCKETS)
+        a = actions[i]
+        if a == A_WRITE or ((a == A_FREE or a == A_DROP) and s >= 0):
+            if s >= 0 and o_birth[s] >= 0:  # a copy on the tier dies (freed, or replaced by this write)
+                _learn(state[0] - o_birth[s], o_bucket[s], cnt, tot)
+                o_birth[s] = -1
+                state[1] += 1
+        if a == A_WRITE:
+            if clock_bytes == 1:
+                state[0] += nbytes[i]
+            b0 = o_bucket[s]
+            kind_b = b0 // (TENANT_BUCKETS * DEPTH_BUCKETS * TURN_BUCKETS)
+            b1 = LEVEL0 + kind_b * DEPTH_BUCKETS + (b0 // TURN_BUCKETS) % DEPTH_BUCKETS
+            b2 = LEVEL0 + LEVEL1 + kind_b
+            c = 0
+            if cnt[g] >= min_samples:
+                if cnt[b0] >= min_samples:
+                    x = tot[b0] / cnt[b0]
+                elif cnt[b1] >= min_samples:
+                    x = tot[b1] / cnt[b1]
+                elif cnt[b2] >= min_samples:
+                    x = tot[b2] / cnt[b2]
+                else:
+                    x = tot[g] / cnt[g]
+                if state[2] == 1:
+                    c = class_of(x, edges)
+                phist[score_bin(x)] += 1
+                state[3] += 1
+                if state[3] % refresh == 0:
+                    refresh_edges(phist, edges)
+                    state[2] = 1
+            out[j] = c
+            j += 1
+            o_birth[s] = state[0]
+        if o == OP_DELETE and s >= 0:
+            ot_remove(kv, meta, free, key)
+    return len(op), j
+
+
+@HINTS.register("predicted")
+class PredictedHints(HintPolicy):
+    knows = ("the past only: lifetimes of copies that already died on the tier, per feature bucket "
+             "(kind, tenant, prefix depth via parent_id, session turn)")
+    Params = PredictedParams
+    columns = ("parent_id", "kind", "tenant", "request_id", "session_id")
+
+    def __init__(self, n_classes, params=None, *, seed=0, tier=3):
+        super().__init__(n_classes, params, seed=seed, tier=tier)
+        p = self.params
+        if p.clock not in CLOCKS:
+            raise KvbedError(f"--param clock: expected one of {', '.join(CLOCKS)}, got {p.clock!r}")
+        if p.min_samples < 1 or p.refresh < 1:
+            raise KvbedError("--param min_samples and refresh must be >= 1")
+        self.objs = ObjTable({"bucket": (np.int32, 0), "depth": (np.int32, 0), "birth": (np.int64, -1)})
+        self.sessions = ObjTable({"req": (np.int64, -2), "turn": (np.int32, 0)})
+        nb = LEVEL0 + LEVEL1 + LEVEL2 + 1
+        self.cnt = np.zeros(nb, np.int64)
+        self.tot = np.zeros(nb, np.float64)
+        self.phist, self.edges = new_state(self.n_classes)
+        self.state = np.zeros(4, np.int64)
+
+    def _assign(self, batch, actions, writes):
+        out = np.zeros(len(writes), np.int16)
+        i, j = 0, 0
+        while True:
+            o, s = self.objs, self.sessions
+            i, j = _pred_kernel(i, j, batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"],
+                                batch["nbytes"], batch["kind"], batch["tenant"], batch["request_id"],
+                                batch["session_id"], actions,
+                                o.kv, o.meta, o.free, o.cols["bucket"], o.cols["depth"], o.cols["birth"],
+                                s.kv, s.meta, s.free, s.cols["req"], s.cols["turn"],
+                                self.cnt, self.tot, self.phist, self.edges, self.state, out,
+                                self.params.min_samples, self.params.refresh, 1 if self.params.clock == "bytes" else 0)
+            if i == batch.n:
+                return out
+            for t in (o, s):
+                if t.full():
+                    t.grow()
+
+    def describe(self):
+        g = LEVEL0 + LEVEL1 + LEVEL2
+        return {
+            "clock": self.params.clock,
+            "deaths_learned": int(self.state[1]),
+            "predictions": int(self.state[3]),
+            "edges_log2": [float(e) for e in self.edges] if self.state[2] else [],
+            "mean_log2_lifetime": float(self.tot[g] / self.cnt[g]) if self.cnt[g] else None,
+            "buckets_with_samples": int((self.cnt[:LEVEL0] >= self.params.min_samples).sum()),
+            "objects_tracked_at_end": self.objs.count,
+        }
+
+    def memory_bytes(self):
+        return self.objs.nbytes() + self.sessions.nbytes() + self.cnt.nbytes + self.tot.nbytes

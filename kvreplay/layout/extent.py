@@ -1,0 +1,324 @@
+"""Extent allocator for conventional and FDP namespaces.
+
+The namespace is a bitmap of mapping units (device pages). A write takes free
+units next-fit from a rotating cursor (at the granularity of 64-unit bitmap
+words: within the cursor's word the lowest free units go first), so a fresh
+namespace hands out contiguous runs and a fragmented one hands out several
+extents; each extent becomes one write op carrying the object's placement id. Reads emit one read per extent,
+frees one deallocate (TRIM) per extent. Rewriting a resident object of the same
+size overwrites its extents in place (the FTL invalidates the old copy, as a
+TRIM + write would); a size change frees the old copy and allocates anew.
+
+Where the data lands inside the device is the FTL's business: for a page-mapped
+FTL the LBA choice does not change WAF, only which LBAs are live does. So this
+allocator aims for few ops per object and exact TRIMs, nothing more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE
+from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE
+from kvreplay.layout.common import (
+    EX_LBA,
+    EX_LEN,
+    EX_NEXT,
+    LC_FORCED,
+    LC_FORCED_PAGES,
+    LC_FREE_MISSES,
+    LC_FREE_PAGES,
+    LC_FREES,
+    LC_OPS_READ,
+    LC_OPS_TRIM,
+    LC_OPS_WRITE,
+    LC_PEAK_RES,
+    LC_READ_MISSES,
+    LC_READ_PAGES,
+    LC_READS,
+    LC_REWRITES,
+    LC_WRITE_PAGES,
+    LC_WRITES,
+    OC_CLS,
+    OC_HEAD,
+    OC_NPAGES,
+    S_BUFFER_FULL,
+    S_DONE,
+    S_GROW,
+    S_TOO_BIG,
+    SRC_EVICT,
+    SRC_USER,
+    ST_CURSOR,
+    ST_FREE_PAGES,
+    ST_LRU_HEAD,
+    ST_RES_OBJS,
+    ST_RES_PAGES,
+    LayoutState,
+    emit,
+    ex_room,
+    emit_extents,
+    ex_new,
+    ex_release,
+    lru_push,
+    lru_unlink,
+)
+from kvreplay.layout.objtable import ot_find, ot_full, ot_insert, ot_remove
+
+_FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_ONE = np.uint64(1)
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DEBRUIJN_POS = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55, 59, 36, 53, 51, 43, 22,
+                          45, 39, 33, 30, 24, 18, 12, 5, 63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23,
+                          11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], dtype=np.int64)
+
+
+@njit(cache=True, inline="always")
+def _ctz(x):
+    """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiply)."""
+    low = x & (~x + _ONE)
+    return _DEBRUIJN_POS[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
+
+
+@njit(cache=True, inline="always")
+def _mask(b, length):
+    """``length`` ones starting at bit ``b`` (1 <= length <= 64 - b)."""
+    if length == 64:
+        return _FULL
+    return ((_ONE << np.uint64(length)) - _ONE) << np.uint64(b)
+
+
+@njit(cache=True)
+def _bits_clear(bitmap, lba, length):
+    p = lba
+    end = lba + length
+    while p < end:
+        w = p >> 6
+        b = p & 63
+        take = min(64 - b, end - p)
+        bitmap[w] &= ~_mask(b, take)
+        p += take
+
+
+@njit(cache=True)
+def _alloc(bitmap, st, ex, exfree, oc, s, need):
+    """Take ``need`` free units next-fit from the cursor; chain the runs as extents of object ``s``."""
+    nw = len(bitmap)
+    w = st[ST_CURSOR]
+    remaining = need
+    head = -1
+    tail = -1
+    while remaining > 0:
+        word = bitmap[w]
+        while word != _FULL and remaining > 0:
+            free = ~word
+            b = _ctz(free)
+            run = 64 - b
+            rest = ~(free >> np.uint64(b))  # zeros where the run continues
+            if rest != 0:
+                run = min(run, _ctz(rest))
+            take = min(run, remaining)
+            word |= _mask(b, take)
+            remaining -= take
+            p = (w << 6) + b
+            if tail >= 0 and ex[tail, EX_LBA] + ex[tail, EX_LEN] == p:
+                ex[tail, EX_LEN] += take
+            else:
+                e = ex_new(ex, exfree, st, p, take)
+                if tail >= 0:
+                    ex[tail, EX_NEXT] = e
+                else:
+                    head = e
+                tail = e
+        bitmap[w] = word
+        if remaining > 0:
+            w += 1
+            if w == nw:
+                w = 0
+    st[ST_CURSOR] = w
+    st[ST_FREE_PAGES] -= need
+    oc[s, OC_HEAD] = head
+
+
+@njit(cache=True)
+def _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, ev, src):
+    e = oc[s, OC_HEAD]
+    while e >= 0:
+        lba = ex[e, EX_LBA]
+        ln = ex[e, EX_LEN]
+        n = emit(ob, n, OP_TRIM, lba, ln, 0, ev, src)
+        _bits_clear(bitmap, lba, ln)
+        nxt = ex[e, EX_NEXT]
+        ex_release(ex, exfree, st, e)
+        e = nxt
+    pages = oc[s, OC_NPAGES]
+    st[ST_FREE_PAGES] += pages
+    st[ST_RES_PAGES] -= pages
+    st[ST_RES_OBJS] -= 1
+    oc[s, OC_HEAD] = -1
+    lru_unlink(oc, st, s)
+    ot_remove(kv, meta, free, okey[s])
+    return n
+
+
+@njit(cache=True, nogil=True)
+def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
+                  kv, meta, free, oc, okey, ex, exfree, bitmap, st, lc,
+                  ob, ob_bound, total_pages, lru, in_place):
+    """Map tier events [start, end) to ops. Returns (next event, ops emitted, status)."""
+    n = 0
+    cap = ob.shape[1]
+    i = start
+    while i < end:
+        if n + ob_bound > cap:
+            return i, n, S_BUFFER_FULL
+        a = ev_act[i]
+        key = ev_obj[i]
+        if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
+            return i, n, S_GROW
+        if a == A_WRITE:
+            need = ev_pages[i]
+            pid = ev_pid[i]
+            s = ot_find(kv, key)
+            if s >= 0:
+                lc[LC_REWRITES] += 1
+                if in_place and oc[s, OC_NPAGES] == need:
+                    n0 = n
+                    n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
+                    lc[LC_OPS_WRITE] += n - n0
+                    oc[s, OC_CLS] = pid
+                    lru_unlink(oc, st, s)
+                    lru_push(oc, st, s)
+                    lc[LC_WRITES] += 1
+                    lc[LC_WRITE_PAGES] += need
+                    i += 1
+                    continue
+                n0 = n
+                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, i, SRC_USER)
+                lc[LC_OPS_TRIM] += n - n0
+            if need > total_pages:
+                return i, n, S_TOO_BIG
+            while st[ST_FREE_PAGES] < need:
+                v = st[ST_LRU_HEAD]
+                if v < 0:
+                    return i, n, S_TOO_BIG
+                lc[LC_FORCED] += 1
+                lc[LC_FORCED_PAGES] += oc[v, OC_NPAGES]
+                n0 = n
+                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, v, ob, n, i, SRC_EVICT)
+                lc[LC_OPS_TRIM] += n - n0
+            s, _ = ot_insert(kv, meta, free, key)
+            okey[s] = key
+            oc[s, OC_NPAGES] = need
+            oc[s, OC_CLS] = pid
+            _alloc(bitmap, st, ex, exfree, oc, s, need)
+            lru_push(oc, st, s)
+            st[ST_RES_PAGES] += need
+            st[ST_RES_OBJS] += 1
+            if st[ST_RES_PAGES] > lc[LC_PEAK_RES]:
+                lc[LC_PEAK_RES] = st[ST_RES_PAGES]
+            n0 = n
+            n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
+            lc[LC_OPS_WRITE] += n - n0
+            lc[LC_WRITES] += 1
+            lc[LC_WRITE_PAGES] += need
+        elif a == A_READ:
+            s = ot_find(kv, key)
+            if s < 0:
+                lc[LC_READ_MISSES] += 1
+            else:
+                n0 = n
+                n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, i, SRC_USER)
+                lc[LC_OPS_READ] += n - n0
+                lc[LC_READS] += 1
+                lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
+                if lru:
+                    lru_unlink(oc, st, s)
+                    lru_push(oc, st, s)
+        elif a == A_FREE or a == A_DROP:
+            s = ot_find(kv, key)
+            if s < 0:
+                if a == A_FREE:
+                    lc[LC_FREE_MISSES] += 1
+            else:
+                lc[LC_FREES] += 1
+                lc[LC_FREE_PAGES] += oc[s, OC_NPAGES]
+                n0 = n
+                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, i, SRC_USER)
+                lc[LC_OPS_TRIM] += n - n0
+        i += 1
+    return i, n, S_DONE
+
+
+class ExtentLayout:
+    """Objects -> extents of a flat namespace of ``total_pages`` mapping units."""
+
+    name = "extent"
+
+    def __init__(self, total_pages: int, *, evict_policy: str = "lru", rewrite_in_place: bool = True):
+        if total_pages <= 0:
+            raise ValueError("total_pages must be positive")
+        self.total_pages = int(total_pages)
+        self.lru = evict_policy == "lru"
+        self.in_place = bool(rewrite_in_place)
+        self.state = LayoutState()
+        nw = (self.total_pages + 63) // 64
+        self.bitmap = np.zeros(nw, np.uint64)
+        tail = nw * 64 - self.total_pages
+        if tail:  # units past the end are permanently "used"
+            self.bitmap[-1] = np.uint64(((1 << tail) - 1) << (64 - tail))
+        self.state.st[ST_FREE_PAGES] = self.total_pages
+
+    def op_bound(self, max_obj_pages: int) -> int:
+        """Most ops one event can emit: TRIM of the old copy, evictions' TRIMs, the writes."""
+        return 4 * int(max_obj_pages) + 4
+
+    def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
+        st = self.state
+        while True:
+            o = st.objs
+            res = extent_kernel(
+                ev_obj, ev_act, ev_pages, ev_pid, start, end,
+                o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree,
+                self.bitmap, st.st, st.lc, ob, ob_bound, self.total_pages, self.lru, self.in_place,
+            )
+            if res[2] != S_GROW or res[1]:
+                return res
+            st.grow(ob_bound)  # nothing emitted yet: grow and retry from the same event
+
+    @property
+    def free_pages(self) -> int:
+        return int(self.state.st[ST_FREE_PAGES])
+
+    @property
+    def resident_pages(self) -> int:
+        return int(self.state.st[ST_RES_PAGES])
+
+    @property
+    def resident_objects(self) -> int:
+        return int(self.state.st[ST_RES_OBJS])
+
+    def counters(self) -> dict[str, int]:
+        return self.state.counters()
+
+    def stats(self) -> dict:
+        c = self.counters()
+        return {
+            "layout": self.name,
+            "total_pages": self.total_pages,
+            "resident_pages": self.resident_pages,
+            "resident_objects": self.resident_objects,
+            **c,
+        }
+
+    def extents_of(self, obj_id: int) -> list[tuple[int, int]]:
+        """(lba, npages) runs of a resident object (tests and debugging)."""
+        s = self.state.objs.find(obj_id)
+        if s < 0:
+            return []
+        out, e = [], int(self.state.objs.cols["oc"][s, OC_HEAD])
+        while e >= 0:
+            out.append((int(self.state.ex[e, EX_LBA]), int(self.state.ex[e, EX_LEN])))
+            e = int(self.state.ex[e, EX_NEXT])
+        return out

@@ -1,0 +1,458 @@
+"""Zone allocator with host-side GC for ZNS namespaces.
+
+A ZNS drive does no GC of its own: the host writes each zone sequentially and
+must reset it to reuse it. The layout here does what a zoned KV store (ZenFS,
+a log-structured cache) does:
+
+- one open zone per placement class (a "stream"); an object is appended to its
+  class's zone at the write pointer and may continue in a fresh zone when the
+  current one fills, so zones fill exactly to their writable capacity;
+- an object's death (evict/delete/invalidate, or a rewrite) only lowers its
+  zones' valid counts; a full zone whose valid count reaches zero is reset;
+- when fewer than ``gc_free_zones`` zones are empty, host GC picks the full zone
+  with the fewest valid units (greedy), reads its live extents and appends them
+  to a GC stream (one shared stream, or one per class), then resets the victim.
+  Those relocations are host-level write amplification:
+  ``host_waf = (user units + relocated units) / user units``;
+- one empty zone is always held back for the GC stream, so a GC round can
+  always finish; when no full zone has reclaimable space (everything live), the
+  layout evicts resident objects by the tier's policy until GC can progress.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_RESET
+from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE
+from kvreplay.layout.common import (
+    EX_LBA,
+    EX_LEN,
+    EX_NEXT,
+    LC_FORCED,
+    LC_FORCED_PAGES,
+    LC_FREE_MISSES,
+    LC_FREE_PAGES,
+    LC_FREES,
+    LC_GC_PAGES,
+    LC_GC_RUNS,
+    LC_OPS_READ,
+    LC_OPS_RESET,
+    LC_OPS_WRITE,
+    LC_PEAK_RES,
+    LC_READ_MISSES,
+    LC_READ_PAGES,
+    LC_READS,
+    LC_REWRITES,
+    LC_WRITE_PAGES,
+    LC_WRITES,
+    LC_ZONE_RESETS,
+    LC_ZONES_OPENED,
+    OC_CLS,
+    OC_HEAD,
+    OC_NPAGES,
+    S_BUFFER_FULL,
+    S_DONE,
+    S_GROW,
+    S_NO_PROGRESS,
+    S_TOO_BIG,
+    SRC_EVICT,
+    SRC_GC,
+    SRC_USER,
+    ST_COMMON,
+    ST_LRU_HEAD,
+    ST_RES_OBJS,
+    ST_RES_PAGES,
+    LayoutState,
+    emit,
+    ex_room,
+    emit_extents,
+    ex_new,
+    ex_release,
+    lru_push,
+    lru_unlink,
+)
+from kvreplay.layout.objtable import ot_find, ot_full, ot_insert, ot_remove
+
+# zone row (zs[z, k])
+ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)
+Z_EMPTY, Z_OPEN, Z_FULL = 0, 1, 2
+ZONE_STATE_NAMES = ("empty", "open", "full")
+# extra scalar state
+ST_Q_HEAD = ST_COMMON  # empty-zone FIFO ring
+ST_Q_COUNT = ST_COMMON + 1
+ST_N = ST_COMMON + 2
+
+_MAX_GC_ROUNDS = 1 << 20
+
+
+@njit(cache=True)
+def _q_pop(zq, st):
+    z = zq[st[ST_Q_HEAD]]
+    st[ST_Q_HEAD] = (st[ST_Q_HEAD] + 1) % len(zq)
+    st[ST_Q_COUNT] -= 1
+    return z
+
+
+@njit(cache=True)
+def _q_push(zq, st, z):
+    zq[(st[ST_Q_HEAD] + st[ST_Q_COUNT]) % len(zq)] = z
+    st[ST_Q_COUNT] += 1
+
+
+@njit(cache=True)
+def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
+    n = emit(ob, n, OP_ZONE_RESET, z * zone_pages, zone_pages, 0, ev, src)
+    zs[z, ZS_WP] = 0
+    zs[z, ZS_VALID] = 0
+    zs[z, ZS_STATE] = Z_EMPTY
+    zs[z, ZS_STREAM] = -1
+    zs[z, ZS_RESETS] += 1
+    _q_push(zq, st, z)
+    lc[LC_ZONE_RESETS] += 1
+    lc[LC_OPS_RESET] += 1
+    return n
+
+
+@njit(cache=True)
+def _invalidate(zs, zq, owner, st, lc, ob, n, lba, ln, zone_pages, cap, ev, src):
+    z = lba // zone_pages
+    off = lba - z * zone_pages
+    for k in range(z * cap + off, z * cap + off + ln):
+        owner[k] = -1
+    zs[z, ZS_VALID] -= ln
+    if zs[z, ZS_VALID] == 0 and zs[z, ZS_STATE] == Z_FULL:
+        n = _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src)
+    return n
+
+
+@njit(cache=True)
+def _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s, zone_pages, cap, ev, src):
+    """Forget object ``s``: its units become invalid, emptied full zones are reset."""
+    e = oc[s, OC_HEAD]
+    while e >= 0:
+        n = _invalidate(zs, zq, owner, st, lc, ob, n, ex[e, EX_LBA], ex[e, EX_LEN], zone_pages, cap, ev, src)
+        nxt = ex[e, EX_NEXT]
+        ex_release(ex, exfree, st, e)
+        e = nxt
+    st[ST_RES_PAGES] -= oc[s, OC_NPAGES]
+    st[ST_RES_OBJS] -= 1
+    oc[s, OC_HEAD] = -1
+    lru_unlink(oc, st, s)
+    ot_remove(kv, meta, free, okey[s])
+    return n
+
+
+@njit(cache=True)
+def _open(zs, zq, st, lc, sz, stream):
+    z = _q_pop(zq, st)
+    zs[z, ZS_STATE] = Z_OPEN
+    zs[z, ZS_STREAM] = stream
+    zs[z, ZS_WP] = 0
+    sz[stream] = z
+    lc[LC_ZONES_OPENED] += 1
+    return z
+
+
+@njit(cache=True)
+def _append(zs, sz, owner, ex, ob, n, stream, e, length, zone_pages, cap, ev, src):
+    """Write ``length`` units at ``stream``'s write pointer (caller made sure they fit); owner = extent e."""
+    z = sz[stream]
+    off = zs[z, ZS_WP]
+    lba = z * zone_pages + off
+    n = emit(ob, n, OP_WRITE, lba, length, 0, ev, src)
+    for k in range(z * cap + off, z * cap + off + length):
+        owner[k] = e
+    zs[z, ZS_WP] += length
+    zs[z, ZS_VALID] += length
+    if zs[z, ZS_WP] == cap:
+        zs[z, ZS_STATE] = Z_FULL
+        sz[stream] = -1
+    return n, lba
+
+
+@njit(cache=True)
+def _victim(zs):
+    best = -1
+    best_valid = np.iinfo(np.int64).max
+    for z in range(zs.shape[0]):
+        if zs[z, ZS_STATE] == Z_FULL and zs[z, ZS_VALID] < best_valid:
+            best = z
+            best_valid = zs[z, ZS_VALID]
+    return best
+
+
+@njit(cache=True)
+def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
+    """Relocate the live extents of ``victim`` to the GC stream and reset it."""
+    base = victim * cap
+    off = 0
+    while off < cap:
+        e = owner[base + off]
+        if e < 0:
+            off += 1
+            continue
+        ln = ex[e, EX_LEN]
+        src_lba = ex[e, EX_LBA]
+        n = emit(ob, n, OP_READ, src_lba, ln, 0, ev, SRC_GC)
+        lc[LC_OPS_READ] += 1
+        for k in range(base + off, base + off + ln):
+            owner[k] = -1
+        zs[victim, ZS_VALID] -= ln
+        gs = gc_stream0 + (ext_cls[e] % n_user if per_class else 0)
+        rem = ln
+        cur = e
+        first = True
+        while rem > 0:
+            if sz[gs] < 0:
+                if st[ST_Q_COUNT] == 0:
+                    return n, False
+                _open(zs, zq, st, lc, sz, gs)
+            z = sz[gs]
+            take = min(rem, cap - zs[z, ZS_WP])
+            if not first:  # the extent continues in a new zone: split it
+                e2 = ex_new(ex, exfree, st, 0, take)
+                ex[e2, EX_NEXT] = ex[cur, EX_NEXT]
+                ex[cur, EX_NEXT] = e2
+                ext_cls[e2] = ext_cls[e]
+                cur = e2
+            n, lba = _append(zs, sz, owner, ex, ob, n, gs, cur, take, zone_pages, cap, ev, SRC_GC)
+            lc[LC_OPS_WRITE] += 1
+            ex[cur, EX_LBA] = lba
+            ex[cur, EX_LEN] = take
+            rem -= take
+            first = False
+        lc[LC_GC_PAGES] += ln
+        off += ln
+    lc[LC_GC_RUNS] += 1
+    n = _reset(zs, zq, st, lc, ob, n, victim, zone_pages, ev, SRC_GC)
+    return n, True
+
+
+@njit(cache=True)
+def _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz, ob, n,
+               gc_free, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
+    """Before a user zone is opened: GC (and evict if nothing is reclaimable) so that an
+    empty zone is available beyond the one held back for GC. Returns (n, ok)."""
+    rounds = 0
+    while st[ST_Q_COUNT] < gc_free:
+        rounds += 1
+        if rounds > _MAX_GC_ROUNDS:
+            return n, False
+        v = _victim(zs)
+        if v >= 0 and zs[v, ZS_VALID] < cap:
+            n, ok = _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, v, gc_stream0, per_class,
+                             n_user, zone_pages, cap, ev, ext_cls)
+            if not ok:
+                return n, False
+            continue
+        if st[ST_Q_COUNT] >= 2:
+            break  # nothing reclaimable now, but the reserve allows one more user zone
+        s = st[ST_LRU_HEAD]
+        if s < 0:
+            return n, False
+        lc[LC_FORCED] += 1
+        lc[LC_FORCED_PAGES] += oc[s, OC_NPAGES]
+        n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
+                      zone_pages, cap, ev, SRC_EVICT)
+    return n, True
+
+
+@njit(cache=True, nogil=True)
+def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
+                kv, meta, free, oc, okey, ex, exfree, ext_cls, zs, zq, owner, sz, st, lc,
+                ob, ob_bound, zone_pages, cap, n_user, per_class, gc_free, writable_pages, lru):
+    """Map tier events [start, end) to zone ops. Returns (next event, ops emitted, status)."""
+    n = 0
+    ob_cap = ob.shape[1]
+    gc_stream0 = n_user
+    i = start
+    while i < end:
+        if n + ob_bound > ob_cap:
+            return i, n, S_BUFFER_FULL
+        a = ev_act[i]
+        key = ev_obj[i]
+        if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
+            return i, n, S_GROW
+        if a == A_WRITE:
+            need = ev_pages[i]
+            c = ev_cls[i] % n_user
+            s = ot_find(kv, key)
+            if s >= 0:  # a rewrite: zones are append-only, the old copy just dies
+                lc[LC_REWRITES] += 1
+                n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
+                              zone_pages, cap, i, SRC_USER)
+            if need > writable_pages:
+                return i, n, S_TOO_BIG
+            s, _ = ot_insert(kv, meta, free, key)
+            okey[s] = key
+            oc[s, OC_NPAGES] = need
+            oc[s, OC_CLS] = c
+            oc[s, OC_HEAD] = -1
+            rem = need
+            while rem > 0:
+                if sz[c] < 0:
+                    n, ok = _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz,
+                                       ob, n, gc_free, gc_stream0, per_class, n_user, zone_pages, cap, i, ext_cls)
+                    if not ok or st[ST_Q_COUNT] < 2:
+                        return i, n, S_NO_PROGRESS
+                    _open(zs, zq, st, lc, sz, c)
+                z = sz[c]
+                take = min(rem, cap - zs[z, ZS_WP])
+                e = ex_new(ex, exfree, st, 0, take)
+                ext_cls[e] = c
+                n, lba = _append(zs, sz, owner, ex, ob, n, c, e, take, zone_pages, cap, i, SRC_USER)
+                lc[LC_OPS_WRITE] += 1
+                ex[e, EX_LBA] = lba
+                # chain at the end (GC may have split extents of this object meanwhile)
+                t = oc[s, OC_HEAD]
+                if t < 0:
+                    oc[s, OC_HEAD] = e
+                else:
+                    while ex[t, EX_NEXT] >= 0:
+                        t = ex[t, EX_NEXT]
+                    ex[t, EX_NEXT] = e
+                rem -= take
+            lru_push(oc, st, s)
+            st[ST_RES_PAGES] += need
+            st[ST_RES_OBJS] += 1
+            if st[ST_RES_PAGES] > lc[LC_PEAK_RES]:
+                lc[LC_PEAK_RES] = st[ST_RES_PAGES]
+            lc[LC_WRITES] += 1
+            lc[LC_WRITE_PAGES] += need
+        elif a == A_READ:
+            s = ot_find(kv, key)
+            if s < 0:
+                lc[LC_READ_MISSES] += 1
+            else:
+                n0 = n
+                n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, i, SRC_USER)
+                lc[LC_OPS_READ] += n - n0
+                lc[LC_READS] += 1
+                lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
+                if lru:
+                    lru_unlink(oc, st, s)
+                    lru_push(oc, st, s)
+        elif a == A_FREE or a == A_DROP:
+            s = ot_find(kv, key)
+            if s < 0:
+                if a == A_FREE:
+                    lc[LC_FREE_MISSES] += 1
+            else:
+                lc[LC_FREES] += 1
+                lc[LC_FREE_PAGES] += oc[s, OC_NPAGES]
+                n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
+                              zone_pages, cap, i, SRC_USER)
+        i += 1
+    return i, n, S_DONE
+
+
+class ZoneLayout:
+    """Objects -> zones grouped by placement class, with host GC and zone resets."""
+
+    name = "zone"
+
+    def __init__(self, n_zones: int, zone_pages: int, cap_pages: int, n_classes: int, *,
+                 evict_policy: str = "lru", gc_free_zones: int = 0, gc_per_class: bool = False):
+        if not (0 < cap_pages <= zone_pages):
+            raise ValueError("need 0 < cap_pages <= zone_pages")
+        self.n_zones = int(n_zones)
+        self.zone_pages = int(zone_pages)
+        self.cap_pages = int(cap_pages)
+        self.n_user = max(1, int(n_classes))
+        self.per_class = bool(gc_per_class)
+        self.n_streams = self.n_user * (2 if self.per_class else 1) + (0 if self.per_class else 1)
+        auto = max(2, self.n_zones // 20)
+        self.gc_free_zones = max(2, int(gc_free_zones) if gc_free_zones else auto)
+        need = self.n_streams + self.gc_free_zones
+        if self.n_zones < need:
+            raise ValueError(
+                f"{self.n_zones} zones are too few: {self.n_streams} open streams "
+                f"({self.n_user} classes + GC) and {self.gc_free_zones} free zones for GC need {need}"
+            )
+        self.lru = evict_policy == "lru"
+        self.state = LayoutState(ST_N)
+        self.zs = np.zeros((self.n_zones, 5), np.int64)
+        self.zs[:, ZS_STREAM] = -1
+        self.zq = np.arange(self.n_zones, dtype=np.int64)
+        self.state.st[ST_Q_COUNT] = self.n_zones
+        self.owner = np.full(self.n_zones * self.cap_pages, -1, np.int32)
+        self.sz = np.full(self.n_streams, -1, np.int64)
+        self.ext_cls = np.zeros(len(self.state.ex), np.int16)
+
+    @property
+    def writable_pages(self) -> int:
+        return self.n_zones * self.cap_pages
+
+    def op_bound(self, max_obj_pages: int) -> int:
+        """Most ops one event can emit: its writes, resets of the zones it empties, and the GC
+        rounds of each zone it opens (a read, up to two writes per relocated extent, a reset)."""
+        zones_touched = max_obj_pages // self.cap_pages + 2
+        gc = zones_touched * (3 * self.cap_pages + 2) * 2
+        return 4 * int(max_obj_pages) + gc + 8
+
+    def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
+        st = self.state
+        while True:
+            if len(self.ext_cls) < len(st.ex):
+                grown = np.zeros(len(st.ex), np.int16)
+                grown[: len(self.ext_cls)] = self.ext_cls
+                self.ext_cls = grown
+            o = st.objs
+            res = zone_kernel(
+                ev_obj, ev_act, ev_pages, ev_cls, start, end,
+                o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree, self.ext_cls,
+                self.zs, self.zq, self.owner, self.sz, st.st, st.lc, ob, ob_bound,
+                self.zone_pages, self.cap_pages, self.n_user, self.per_class, self.gc_free_zones,
+                self.writable_pages, self.lru,
+            )
+            if res[2] != S_GROW or res[1]:
+                return res
+            st.grow(ob_bound)
+
+    @property
+    def resident_pages(self) -> int:
+        return int(self.state.st[ST_RES_PAGES])
+
+    @property
+    def resident_objects(self) -> int:
+        return int(self.state.st[ST_RES_OBJS])
+
+    def counters(self) -> dict[str, int]:
+        return self.state.counters()
+
+    def host_waf(self) -> float:
+        c = self.counters()
+        user = c["pages_written"]
+        return (user + c["gc_relocated_pages"]) / user if user else 1.0
+
+    def stats(self) -> dict:
+        c = self.counters()
+        states = np.bincount(self.zs[:, ZS_STATE], minlength=3)
+        return {
+            "layout": self.name,
+            "zones": self.n_zones,
+            "zone_pages": self.zone_pages,
+            "zone_cap_pages": self.cap_pages,
+            "streams": self.n_streams,
+            "gc_free_zones": self.gc_free_zones,
+            "gc_stream": "per-class" if self.per_class else "shared",
+            "resident_pages": self.resident_pages,
+            "resident_objects": self.resident_objects,
+            "zones_by_state": {name: int(states[k]) for k, name in enumerate(ZONE_STATE_NAMES)},
+            "zone_resets_max": int(self.zs[:, ZS_RESETS].max()) if self.n_zones else 0,
+            "host_waf": self.host_waf(),
+            **c,
+        }
+
+    def extents_of(self, obj_id: int) -> list[tuple[int, int]]:
+        s = self.state.objs.find(obj_id)
+        if s < 0:
+            return []
+        out, e = [], int(self.state.objs.cols["oc"][s, OC_HEAD])
+        while e >= 0:
+            out.append((int(self.state.ex[e, EX_LBA]), int(self.state.ex[e, EX_LEN])))
+            e = int(self.state.ex[e, EX_NEXT])
+        return out

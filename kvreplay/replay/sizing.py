@@ -1,0 +1,247 @@
+"""Device parameters for a replay: coarse defaults, and capacity sized from the trace.
+
+Why coarse: KV objects are MBs (Llama-3-8B: 128 KiB per token; a 256-token
+chunk is 32 MiB), so mapping them in 4 KiB pages would cost 8192 page
+operations per object and turn a one-minute replay into an hour. The replay's
+defaults (each overridable with ``--param``) are:
+
+- ``page_bytes = 1 MiB`` mapping unit (32 units per 32 MiB object; an object
+  smaller than a unit still takes one);
+- ``pages_per_block = 1``: a 1 MiB block, FEMU's 256 pages of 4 KiB, and
+  ``block_erase_ns = 7.8 us`` because the device model charges
+  ``block_erase_ns`` once per NAND page of the mapping unit (k = page_bytes /
+  nand_page_bytes = 256): a block erase then takes FEMU's 2 ms;
+- lines / reclaim units striped over every die (a superblock: 1 MiB x dies,
+  64 MiB on FEMU's 8 x 8, 1 GiB on 1024 dies), since a write stream's bandwidth
+  is the number of dies its open line spans; halved for small devices until the
+  device has at least ``MIN_LINES`` of them, so GC has victims to choose from;
+- ZNS zones striped over every die in the same way (zone = 1 MiB x dies, with
+  the ZnsParams share of it writable, 3/4), halved for small devices until
+  there are at least ``MIN_LINES`` zones;
+- CXL: a 1 MiB addressing unit.
+
+Capacity: unless ``logical_bytes`` (``cxl_bytes``) is given, the logical
+capacity is the tier's peak live data (in mapping units, from the first pass)
+divided by ``fill_ratio`` (0.9), so the device runs at the fill level the KV
+tier itself ran at and GC has to work. An explicit capacity below the peak live
+data is refused unless ``strict_capacity=false``.
+
+Parallelism: a tier simulator's SSD tier is the cluster's aggregate (Mooncake's
+conversation trace writes ~4 GB/s to it on average and ~12.5 GB/s while
+prefill runs), while FEMU's 8 channels x 8 dies sustain ~1.3 GB/s of programs;
+replayed on that device every latency would be queueing. Unless
+``channels``/``dies_per_channel`` are given, they are raised (powers of two,
+never below 8 x 8) until the busiest second of the trace (times ``time_scale``)
+uses at most ``write_utilization`` (0.8) of the program and channel bandwidth:
+the device then stands for the tier's drives together, and queues form only
+where GC or reads add work.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from devicemodels.params import MiB
+from testbed.errors import KvbedError
+from testbed.params import with_overrides
+
+MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% OP with 8 RUHs
+
+#: typed defaults applied to device param groups before the user's --param overrides
+REPLAY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "flash": {"page_bytes": 1 * MiB, "pages_per_block": 1, "block_erase_ns": 7_813},
+    "cxl": {"page_bytes": 1 * MiB},
+}
+
+# Fields the sizing may set itself when the user did not.
+CAPACITY_FIELDS = {"flash": "logical_bytes", "cxl": "cxl_bytes"}
+
+
+def apply_defaults(groups: dict[str, Any]) -> dict[str, Any]:
+    out = dict(groups)
+    for g, vals in REPLAY_DEFAULTS.items():
+        if g in out:
+            out[g] = with_overrides(out[g], vals)
+    return out
+
+
+def _human(n: int) -> str:
+    for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.2f} {unit}"
+    return f"{n} B"
+
+
+def page_bytes_of(groups: dict[str, Any]) -> int:
+    if "flash" in groups:
+        return int(groups["flash"].page_bytes)
+    if "cxl" in groups:
+        return int(groups["cxl"].page_bytes)
+    raise KvbedError("device has neither flash nor cxl parameters")
+
+
+def _line_fields(groups: dict[str, Any], explicit: set[str], logical_bytes: int) -> tuple[dict[str, Any], list[str]]:
+    """Shrink the default line/RU size for small devices (unless set explicitly)."""
+    notes: list[str] = []
+    flash = groups["flash"]
+    block = flash.block_bytes
+    phys = logical_bytes * (1.0 + flash.op_ratio)
+    changes: dict[str, Any] = {}
+    if "fdp" in groups and "ru_bytes" not in explicit:
+        ru = block * (flash.dies // max(1, groups["fdp"].nrg))  # a full stripe of the reclaim group
+        while phys / ru < MIN_LINES and ru > block and (ru // 2) % block == 0:
+            ru //= 2
+        changes["fdp.ru_bytes"] = ru
+    elif "fdp" not in groups and "zns" not in groups and "blocks_per_line" not in explicit:
+        bpl = flash.dies
+        while phys / (bpl * block) < MIN_LINES and bpl > 1:
+            bpl //= 2
+        changes["flash.blocks_per_line"] = 0 if bpl == flash.dies else bpl
+    return changes, notes
+
+
+def _zone_geometry(groups: dict[str, Any], live_bytes: int) -> Any:
+    """Zones over every die (as lines are), keeping ZnsParams' writable share, at least MIN_LINES of them."""
+    flash, z = groups["flash"], groups["zns"]
+    share = z.zone_cap_bytes / z.zone_bytes
+    block = flash.block_bytes
+    zone = block * flash.dies
+    while live_bytes / (zone * share) < MIN_LINES and zone > block and (zone // 2) % block == 0:
+        zone //= 2
+    cap = max(flash.page_bytes, int(zone * share) // flash.page_bytes * flash.page_bytes)
+    return with_overrides(z, {"zone_bytes": zone, "zone_cap_bytes": cap})
+
+
+def _spare_lines_needed(groups: dict[str, Any]) -> int:
+    """Open frontiers + reserved free lines + 1 that the FTL keeps outside the live data."""
+    flash = groups["flash"]
+    if "fdp" in groups:
+        f = groups["fdp"]
+        frontiers = f.nruh + (f.nruh if f.ruh_type == "persistently" else 1)
+    else:
+        frontiers = 2
+    return frontiers + flash.gc_bg_free_lines + 1
+
+
+def _parallelism(groups: dict[str, Any], explicit: set[str], write_bytes_per_s: float,
+                 utilization: float) -> dict[str, Any]:
+    """Channels and dies per channel so that the tier's mean write rate fits (see the module doc)."""
+    flash = groups["flash"]
+    rec: dict[str, Any] = {"tier_write_bytes_per_s": write_bytes_per_s, "write_utilization": utilization}
+    if utilization <= 0 or write_bytes_per_s <= 0 or not flash.timing or \
+            explicit & {"channels", "dies_per_channel", "flash.channels", "flash.dies_per_channel"}:
+        rec["mode"] = "given"
+    else:
+        need = write_bytes_per_s / utilization
+        die_bw = flash.nand_page_bytes * 1e9 / flash.page_program_ns if flash.page_program_ns else math.inf
+        ch, dpc = flash.channels, flash.dies_per_channel
+        while ch * flash.channel_bytes_per_s < need:
+            ch *= 2
+        while ch * dpc * die_bw < need:
+            dpc *= 2
+        groups["flash"] = with_overrides(flash, {"channels": ch, "dies_per_channel": dpc})
+        rec["mode"] = "auto"
+    f = groups["flash"]
+    die_bw = f.nand_page_bytes * 1e9 / f.page_program_ns if f.page_program_ns else math.inf
+    rec.update(channels=f.channels, dies_per_channel=f.dies_per_channel,
+               program_bytes_per_s=min(f.dies * die_bw, f.channels * f.channel_bytes_per_s))
+    return rec
+
+
+def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: int, max_object_pages: int,
+                fill_ratio: float, strict: bool, zone_streams: int = 0, gc_free_zones: int = 0,
+                tier: str = "ssd", write_bytes_per_s: float = 0.0,
+                write_utilization: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return the device param groups with capacity (and line size) filled in, and a sizing record.
+
+    ``explicit`` holds the field names the user set (bare and ``group.field``).
+    """
+    groups = dict(groups)
+    pb = page_bytes_of(groups)
+    cap_group = "flash" if "flash" in groups else "cxl"
+    cap_field = CAPACITY_FIELDS[cap_group]
+    is_explicit = cap_field in explicit or f"{cap_group}.{cap_field}" in explicit
+    need_pages = max(1, math.ceil(peak_live_pages / fill_ratio))
+    rec: dict[str, Any] = {
+        "mode": "explicit" if is_explicit else "auto",
+        "fill_ratio": fill_ratio,
+        "page_bytes": pb,
+        "peak_live_pages": int(peak_live_pages),
+        "peak_live_bytes_paged": int(peak_live_pages) * pb,
+        "max_object_pages": int(max_object_pages),
+        "notes": [],
+    }
+    if "flash" in groups:
+        rec["parallelism"] = _parallelism(groups, explicit, write_bytes_per_s, write_utilization)
+    if "zns" in groups:
+        if not ({"zone_bytes", "zone_cap_bytes"} & explicit):
+            groups["zns"] = _zone_geometry(groups, need_pages * pb)
+            rec["zone_bytes"], rec["zone_cap_bytes"] = groups["zns"].zone_bytes, groups["zns"].zone_cap_bytes
+        z = groups["zns"]
+        zone_pages, cap_pages = z.zone_bytes // pb, z.zone_cap_bytes // pb
+        if is_explicit:
+            n_zones = groups["flash"].logical_bytes // z.zone_bytes
+        else:
+            data_zones = math.ceil(need_pages / cap_pages)
+            n_zones = data_zones + zone_streams
+            for _ in range(8):  # gc_free_zones=0 means max(2, zones/20): iterate to a fixed point
+                reserve = gc_free_zones or max(2, n_zones // 20)
+                n_zones = data_zones + zone_streams + reserve
+            n_zones = max(n_zones, z.max_active_zones)
+            groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": n_zones * z.zone_bytes})
+        reserve = gc_free_zones or max(2, n_zones // 20)
+        usable = max(0, n_zones - zone_streams - reserve) * cap_pages
+        rec.update(zones=n_zones, zone_pages=zone_pages, zone_cap_pages=cap_pages, usable_pages=usable)
+        logical = groups["flash"].logical_bytes
+    elif cap_group == "flash":
+        if is_explicit:
+            logical = groups["flash"].logical_bytes
+        else:
+            logical = need_pages * pb
+        changes, notes = _line_fields(groups, explicit, logical)
+        for k, v in changes.items():
+            g, f = k.split(".")
+            groups[g] = with_overrides(groups[g], {f: v})
+            rec[f] = v
+        if not is_explicit:
+            # The FTL needs a few lines outside the live data; a tiny trace gets a device big enough for that.
+            flash = groups["flash"]
+            line = (groups["fdp"].ru_bytes if "fdp" in groups else flash.line_blocks * flash.block_bytes)
+            min_logical = math.ceil(_spare_lines_needed(groups) / flash.op_ratio + 1) * line
+            if logical < min_logical:
+                rec["notes"].append(
+                    f"logical capacity raised from {_human(logical)} to {_human(min_logical)}: the FTL keeps "
+                    f"{_spare_lines_needed(groups)} lines of {_human(line)} outside the live data")
+                logical = min_logical
+            logical = -(-logical // pb) * pb
+            groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": logical})
+        usable = groups["flash"].logical_bytes // pb
+        logical = groups["flash"].logical_bytes
+    else:
+        if not is_explicit:
+            groups["cxl"] = with_overrides(groups["cxl"], {"cxl_bytes": need_pages * pb})
+        logical = groups["cxl"].cxl_bytes
+        usable = logical // pb
+    rec["logical_bytes"] = int(logical)
+    rec["usable_pages"] = int(usable)
+    rec["fill_ratio_effective"] = peak_live_pages / usable if usable else math.inf
+    if max_object_pages > usable:
+        raise KvbedError(
+            f"device too small: its largest object needs {max_object_pages} units of {_human(pb)} but the "
+            f"device holds {usable} (logical {_human(logical)})")
+    if strict and peak_live_pages > usable:
+        raise KvbedError(
+            f"device too small for the live data: tier {tier} peaks at {_human(peak_live_pages * pb)} "
+            f"({peak_live_pages} units of {_human(pb)}) but the device holds {_human(usable * pb)}; "
+            f"raise logical_bytes, or --param strict_capacity=false to let the layout evict by the tier's policy")
+    return groups, rec
+
+
+def explicit_keys(pairs: list[str]) -> set[str]:
+    out = set()
+    for p in pairs:
+        k = p.split("=", 1)[0].strip().replace("-", "_")
+        out.add(k)
+        out.add(k.rpartition(".")[2])
+    return out

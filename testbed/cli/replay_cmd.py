@@ -1,0 +1,281 @@
+"""``kvbed replay`` and ``kvbed report``.
+
+Options of ``replay`` are generated from :class:`kvreplay.replay.params.ReplayParams`
+(fields marked ``cli``); every other field of the replay, layout, hint policy and
+device parameter dataclasses is a ``--param k=v`` (units accepted: ``ru_bytes=1GiB``,
+``op_ratio=7%``, ``half_life_ns=30s``). ``--config RUN/config.json`` reruns a
+finished run exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvreplay.replay.params import ReplayParams
+from testbed.errors import KvbedError
+
+
+
+def _device_names() -> list[str]:
+    from devicemodels import DEVICES
+
+    return DEVICES.names()
+
+
+def _hint_names() -> list[str]:
+    from kvreplay.hints import HINTS
+
+    return HINTS.names()
+
+
+def _console(err: bool = False) -> Console:
+    con = Console(file=click.get_text_stream("stderr" if err else "stdout"))
+    if not con.is_terminal:
+        con.width = max(con.width, 160)
+    return con
+
+
+def _replay_options(f: Callable) -> Callable:
+    """One ``--field-name`` per ReplayParams field marked cli (flags for booleans)."""
+    defaults = ReplayParams()
+    for fld in reversed(dataclasses.fields(ReplayParams)):
+        if not fld.metadata.get("cli"):
+            continue
+        name = "--" + fld.name.replace("_", "-")
+        help_ = f"{fld.metadata['help']} [default: {getattr(defaults, fld.name)}]"
+        if fld.type in (bool, "bool"):
+            f = click.option(name, fld.name, is_flag=True, default=None, help=help_)(f)
+        else:
+            metavar = {"int": "N", "float": "X"}.get(str(fld.type), "NAME")
+            f = click.option(name, fld.name, type=str, default=None, metavar=metavar, help=help_)(f)
+    return f
+
+
+def _param_epilog() -> str:
+    """Every --param key, from the dataclasses themselves."""
+    from devicemodels.params import CxlParams, FdpParams, FlashParams, ZnsParams
+    from kvreplay.hints.hotness import HotnessParams
+    from kvreplay.hints.noisy_oracle import NoisyOracleParams
+    from kvreplay.hints.predicted import PredictedParams
+    from kvreplay.replay.params import LayoutParams
+
+    names = lambda c, skip=(): ", ".join(x.name for x in dataclasses.fields(c) if x.name not in skip)  # noqa: E731
+    cli_fields = {x.name for x in dataclasses.fields(ReplayParams) if x.metadata.get("cli")}
+    return (
+        "\b\n--param keys (units accepted: 1GiB, 2ms, 7%):\n"
+        f"  replay: {names(ReplayParams, cli_fields)}\n"
+        f"  layout: {names(LayoutParams)}\n"
+        f"  oracle/noisy-oracle: {names(NoisyOracleParams)}; hotness: {names(HotnessParams)};\n"
+        f"  predicted: {names(PredictedParams)}\n"
+        f"  flash (conv/fdp/zns): {names(FlashParams)}\n"
+        f"  fdp: {names(FdpParams)}; zns: {names(ZnsParams)}; cxl: {names(CxlParams)}\n"
+        "Defaults: 1 MiB mapping unit, full-stripe RUs/zones, capacity = peak live data / fill ratio,\n"
+        "dies raised until the busiest second of writes fits (see kvreplay/replay/sizing.py)."
+    )
+
+
+class _RichProgress:
+    def __init__(self, prog: Progress):
+        self.prog = prog
+        self.task = None
+
+    def phase(self, name: str, total: int) -> None:
+        if self.task is not None:
+            self.prog.update(self.task, visible=False)
+        self.task = self.prog.add_task(name, total=total)
+
+    def advance(self, n: int) -> None:
+        if self.task is not None:
+            self.prog.advance(self.task, n)
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
+    console = _console(err=True)
+    if not enabled or not console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("events"), TimeElapsedColumn(), console=console, transient=True) as prog:
+        yield _RichProgress(prog)
+
+
+@contextmanager
+def _interruptible() -> Iterator[Callable[[], bool]]:
+    """First Ctrl-C: stop after the current batch and keep a valid partial result. Second: abort."""
+    state = {"stop": False}
+
+    def handler(signum, frame):
+        if state["stop"]:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        state["stop"] = True
+        click.echo("kvbed: interrupted - finishing the current batch and writing a partial result "
+                   "(Ctrl-C again to abort)", err=True)
+
+    try:
+        old = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (e.g. embedded): no handler, never stops early
+        yield lambda: False
+        return
+    try:
+        yield lambda: state["stop"]
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
+    stem = Path(trace).name.split(".")[0]
+    return Path("results") / f"{stem}-{device}-{hints}-s{seed}"
+
+
+@click.command("replay", epilog=_param_epilog())
+@click.argument("trace", metavar="[TRACE]", required=False, type=click.Path(dir_okay=False))
+@click.option("--device", type=click.Choice(_device_names()), default=None,
+              help="device model: conv (no placement), fdp (placement ids = RUHs), zns (zone groups + host GC), "
+                   "cxl, cxl-ssd [default: fdp]")
+@click.option("--hints", default=None, metavar="POLICY",
+              help="placement-hint policy: none, oracle, noisy-oracle, hotness, predicted, type [default: none]")
+@_replay_options
+@click.option("--param", "params", multiple=True, metavar="K=V",
+              help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
+                   "classes=4 logical_bytes=2TiB (repeatable)")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="rerun a finished run from its config.json (other options must not be given)")
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="run directory [default: results/<trace>-<device>-<hints>-s<seed>]")
+@click.option("--no-plots", is_flag=True, help="do not draw the PNG plots")
+@click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary table")
+@click.option("--json", "as_json", is_flag=True, help="print the job summary as JSON")
+def replay(trace: str | None, device: str | None, hints: str | None, params: tuple[str, ...],
+           config_path: Path | None, out: Path | None, no_plots: bool, quiet: bool, as_json: bool,
+           **options: Any) -> None:
+    """Replay the TRACE's tier (default ssd) on an embedded device model with a placement-hint policy.
+
+    \b
+    Examples:
+      kvbed replay sample.parquet --device fdp --hints oracle -o results/oracle
+      kvbed replay mc.parquet --device zns --hints predicted --param fill_ratio=1.0
+      kvbed replay --config results/oracle/config.json -o results/oracle-again
+    """
+    from kvreplay.replay.engine import Replay, RunConfig, build_config
+    from testbed.results import check_out_dir, write_run
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if config_path is not None:
+        if trace or device or hints or params or given:
+            raise KvbedError("--config reruns a saved run: give no TRACE, --device, --hints, --param or replay options")
+        try:
+            raw = json.loads(config_path.read_text())
+        except FileNotFoundError:
+            raise KvbedError("no such file", where=str(config_path)) from None
+        except ValueError as exc:
+            raise KvbedError(f"not valid JSON ({exc})", where=str(config_path)) from None
+        cfg = RunConfig.from_dict(raw, where=str(config_path))
+    else:
+        if not trace:
+            raise KvbedError("missing TRACE (or --config RUN/config.json)")
+        if "time_scale" in given and given.get("as_fast_as_possible"):
+            raise KvbedError("--time-scale and --as-fast-as-possible exclude each other")
+        cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
+    out = check_out_dir(out or _default_out(cfg.trace, cfg.device, cfg.hints, cfg.replay.seed))
+
+    with _interruptible() as should_stop, _progress(not quiet) as prog:
+        parts = Replay(cfg, progress=prog, should_stop=should_stop).run()
+    run_dir = write_run(out, parts)
+    if not no_plots:
+        from testbed.plots import make_run_plots
+
+        make_run_plots(run_dir)
+    job = parts["result"]["jobs"][0]
+    if as_json:
+        click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
+    elif not quiet:
+        _print_summary(_console(), job, parts, run_dir)
+    if parts["result"]["incomplete"]:
+        click.echo(f"kvbed: partial result (stopped at row {parts['result'].get('stopped_at_row')}) in {run_dir}",
+                   err=True)
+
+
+def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
+    pct = lambda e, p: (e or {}).get("lat_ns", {}).get("percentile", {}).get(p)  # noqa: E731
+    return {
+        "device": job["device"], "hints": job["hints"], "waf": job["waf"], "host_waf": job["host_waf"],
+        "end_to_end_waf": job["end_to_end_waf"], "gc_count": job["gc_count"], "gc_stall_ns": job["gc_stall_ns"],
+        "erases": job["erases"], "zone_resets": job["zone_resets"],
+        "object_read_p99_ns": pct(job.get("object_read"), "99.000000"),
+        "write_p99_ns": pct(job.get("write"), "99.000000"),
+        "incomplete": parts["result"]["incomplete"],
+        "wall_s": parts["runtime"]["wall_s"],
+    }
+
+
+def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run_dir: Path) -> None:
+    from testbed.report import fmt_bytes, fmt_ns
+
+    res = parts["result"]
+    t = Table(title=f"{job['device']} / hints={job['hints']} / tier={job['tier']}", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    t.add_row("WAF (device)", f"{job['waf']:.4f}" if job["waf"] is not None else "-")
+    if job["host_waf"] and job["host_waf"] != 1.0:
+        t.add_row("WAF (host GC)", f"{job['host_waf']:.4f}")
+        t.add_row("WAF (end to end)", f"{job['end_to_end_waf']:.4f}")
+    t.add_row("user / media written", f"{fmt_bytes(job['user_bytes_written'])} / {fmt_bytes(job['media_bytes_written'])}")
+    t.add_row("GC runs / stall", f"{job['gc_count']} / {fmt_ns(job['gc_stall_ns'])}")
+    if job.get("zone_resets"):
+        t.add_row("zone resets / host GC relocated", f"{job['zone_resets']} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
+    t.add_row("erases", str(job["erases"]))
+    for name in ("object_read", "object_write", "read", "write"):
+        e = job.get(name)
+        if not e or not e["total_ios"]:
+            continue
+        p = e["lat_ns"]["percentile"]
+        t.add_row(f"{name} p50/p99/p99.9", f"{fmt_ns(p['50.000000'])} / {fmt_ns(p['99.000000'])} / {fmt_ns(p['99.900000'])}")
+    lay = job["layout"]
+    if lay.get("forced_evictions"):
+        t.add_row("forced evictions", f"{lay['forced_evictions']} ({lay['read_misses']} later reads missed)")
+    sz = res.get("sizing") or {}
+    t.add_row("device", f"{fmt_bytes(sz.get('logical_bytes'))} logical ({sz.get('mode')}, fill "
+                        f"{sz.get('fill_ratio_effective', 0):.3f} at peak)")
+    rt = parts["runtime"]
+    t.add_row("events", f"{job['events']['rows_replayed']:,} in {rt['wall_s']:.1f} s "
+                        f"({rt['rows_per_s'] or 0:,.0f} events/s)" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
+    t.add_row("run directory", str(run_dir))
+    con.print(t)
+
+
+@click.command("report")
+@click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="comparison plot [default: report.png beside the first run directory]")
+@click.option("--no-plot", is_flag=True, help="print the table only")
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
+def report(runs: tuple[Path, ...], plot_path: Path | None, no_plot: bool, as_json: bool) -> None:
+    """Compare finished runs: a table of WAF, GC, erases and latency percentiles, and a plot."""
+    from testbed.report import compare, render_table
+    from testbed.results import load_run
+
+    loaded = [load_run(r) for r in runs]
+    rows = compare(loaded)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        _console().print(render_table(rows))
+    if not no_plot:
+        from testbed.plots import comparison_plot
+
+        path = plot_path or (loaded[0].path.parent / "report.png")
+        comparison_plot(loaded, path)
+        if not as_json:
+            click.echo(f"plot: {path}")

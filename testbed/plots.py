@@ -1,0 +1,164 @@
+"""PNG plots drawn only from saved run files (result.json, timeseries.parquet, latency.parquet).
+
+Per run: ``waf.png`` (WAF per window and cumulative over trace time),
+``latency_cdf.png`` (exact CDFs from the histogram buckets), ``ruh_bytes.png``
+(host/media bytes per FDP RUH, or bytes per placement class elsewhere).
+``comparison_plot`` overlays several runs for ``kvbed report``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from testbed.atomicio import atomic_path  # noqa: E402
+from testbed.results import Run, load_run  # noqa: E402
+
+GiB = float(1 << 30)
+CDF_SERIES = ("object_read", "object_write", "read", "write")
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _col(run: Run, name: str) -> np.ndarray | None:
+    if name not in run.timeseries.column_names:
+        return None
+    return np.array([np.nan if v is None else v for v in run.timeseries.column(name).to_pylist()], float)
+
+
+def _waf_axes(ax, run: Run, label: str | None = None, cumulative_only: bool = False) -> None:
+    t = _col(run, "t_end_ns")
+    if t is None or len(t) == 0:
+        return
+    x = t / 1e9
+    cum = _col(run, "end_to_end_waf_cumulative")
+    if not cumulative_only:
+        w = _col(run, "waf")
+        if w is not None:
+            ax.plot(x, w, lw=0.8, alpha=0.5, label=f"{label + ' ' if label else ''}device WAF per window")
+    if cum is not None:
+        ax.plot(x, cum, lw=1.6, label=f"{label + ' ' if label else ''}end-to-end WAF (cumulative)")
+    ax.set_xlabel("trace time (s)")
+    ax.set_ylabel("WAF")
+    ax.grid(alpha=0.3)
+
+
+def _cdf(run: Run, series: str) -> tuple[np.ndarray, np.ndarray]:
+    hi, cnt = run.histogram(series)
+    if len(cnt) == 0:
+        return hi, cnt.astype(float)
+    return hi, np.cumsum(cnt) / cnt.sum()
+
+
+def plot_waf(run: Run, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _waf_axes(ax, run)
+    ax.set_title(f"WAF over time - {run.label}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_latency_cdf(run: Run, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in CDF_SERIES:
+        x, y = _cdf(run, s)
+        if len(x):
+            ax.step(x / 1e6, y, where="post", label=s)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("fraction of ops / objects")
+    ax.set_title(f"latency CDF - {run.label}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_ruh_bytes(run: Run, path: Path) -> None:
+    j = run.job
+    fig, ax = plt.subplots(figsize=(7, 4))
+    per_ruh = j.get("per_ruh")
+    if per_ruh:
+        labels = [str(r["ruh"]) for r in per_ruh]
+        host = [r.get("host_bytes_written", 0) / GiB for r in per_ruh]
+        media = [r.get("media_bytes_written", 0) / GiB for r in per_ruh]
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, host, 0.4, label="host bytes")
+        ax.bar(x + 0.2, media, 0.4, label="media bytes")
+        ax.set_xlabel("reclaim unit handle")
+        ax.set_title(f"bytes per RUH - {run.label}")
+    else:
+        pc = j.get("per_class", [])
+        labels = [str(c["class"]) for c in pc]
+        x = np.arange(len(labels))
+        ax.bar(x, [c["bytes_written"] / GiB for c in pc], 0.6, label="bytes written")
+        ax.set_xlabel("placement class")
+        ax.set_title(f"bytes per placement class - {run.label}")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("GiB")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
+def make_run_plots(run_dir: str | os.PathLike) -> list[Path]:
+    run = load_run(run_dir)
+    out = [run.path / "waf.png", run.path / "latency_cdf.png", run.path / "ruh_bytes.png"]
+    plot_waf(run, out[0])
+    plot_latency_cdf(run, out[1])
+    plot_ruh_bytes(run, out[2])
+    return out
+
+
+def comparison_plot(runs: list[Run], path: str | os.PathLike) -> Path:
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    ax = axes[0, 0]
+    for r in runs:
+        _waf_axes(ax, r, label=r.label, cumulative_only=True)
+    ax.set_title("end-to-end WAF (cumulative)")
+    ax.legend(fontsize=7)
+    ax = axes[0, 1]
+    for r in runs:
+        x, y = _cdf(r, "object_read")
+        if len(x):
+            ax.step(x / 1e6, y, where="post", label=r.label)
+    ax.set_xscale("log")
+    ax.set_xlabel("object read latency (ms)")
+    ax.set_ylabel("fraction of loads")
+    ax.set_title("KV object load latency CDF")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax = axes[1, 0]
+    labels = [r.label for r in runs]
+    x = np.arange(len(runs))
+    ax.bar(x, [r.job.get("end_to_end_waf") or 0 for r in runs], 0.6)
+    ax.set_xticks(x, labels, rotation=20, fontsize=8)
+    ax.set_ylabel("end-to-end WAF")
+    ax.set_title("WAF")
+    ax.grid(alpha=0.3, axis="y")
+    ax = axes[1, 1]
+    for k, (p, name) in enumerate((("99.000000", "p99"), ("99.900000", "p99.9"))):
+        vals = []
+        for r in runs:
+            e = r.job.get("object_read") or {}
+            vals.append((e.get("lat_ns", {}).get("percentile", {}).get(p) or 0) / 1e6)
+        ax.bar(x + (k - 0.5) * 0.35, vals, 0.35, label=name)
+    ax.set_xticks(x, labels, rotation=20, fontsize=8)
+    ax.set_ylabel("object read latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title("tail latency of KV object loads")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y", which="both")
+    fig.tight_layout()
+    p = Path(path)
+    _save(fig, p)
+    return p

@@ -1,0 +1,110 @@
+"""Comparison of finished runs (``kvbed report``): one row per run, read from saved files only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from testbed.results import Run
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """Three significant digits: 43.8 ms, 5.00 s, 531 ms."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    for unit, div in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= div:
+            v = ns / div
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _pct(entry: dict[str, Any] | None, p: str) -> int | None:
+    if not entry:
+        return None
+    return entry.get("lat_ns", {}).get("percentile", {}).get(p)
+
+
+def compare(runs: list[Run]) -> list[dict[str, Any]]:
+    """The figures of each run; WAF change relative to the first run."""
+    rows = []
+    base = None
+    for r in runs:
+        j = r.job
+        e2e = j.get("end_to_end_waf")
+        if base is None:
+            base = e2e
+        rows.append({
+            "run": str(r.path),
+            "device": j.get("device"),
+            "hints": j.get("hints"),
+            "tier": j.get("tier"),
+            "waf": j.get("waf"),
+            "host_waf": j.get("host_waf"),
+            "end_to_end_waf": e2e,
+            "waf_change_vs_first": (e2e / base - 1.0) if (e2e and base) else None,
+            "user_bytes_written": j.get("user_bytes_written"),
+            "media_bytes_written": j.get("media_bytes_written"),
+            "gc_count": j.get("gc_count"),
+            "gc_bytes_moved": (j.get("gc") or {}).get("bytes_moved"),
+            "gc_stall_ns": j.get("gc_stall_ns"),
+            "erases": j.get("erases"),
+            "zone_resets": j.get("zone_resets"),
+            "host_gc_relocated_bytes": (j.get("host_gc") or {}).get("relocated_bytes"),
+            "object_read_p50_ns": _pct(j.get("object_read"), "50.000000"),
+            "object_read_p99_ns": _pct(j.get("object_read"), "99.000000"),
+            "object_read_p999_ns": _pct(j.get("object_read"), "99.900000"),
+            "write_p99_ns": _pct(j.get("write"), "99.000000"),
+            "forced_evictions": (j.get("layout") or {}).get("forced_evictions"),
+            "incomplete": bool(r.result.get("incomplete")),
+            "seed": (r.config.get("replay") or {}).get("seed"),
+        })
+    return rows
+
+
+def _waf(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def render_table(rows: list[dict[str, Any]]) -> Table:
+    """The comparison as a rich table (every figure is in ``--json``); host-GC columns only when a run has them."""
+    from pathlib import Path
+
+    host_gc = any((r["host_waf"] or 1.0) != 1.0 or r["zone_resets"] for r in rows)
+    t = Table(title="kvbed runs: end-to-end WAF (change vs the first run), GC, KV object load latency",
+              header_style="bold")
+    cols = [
+        ("run", lambda r: Path(r["run"]).name + (" [red](partial)[/red]" if r["incomplete"] else "")),
+        ("device", lambda r: r["device"]),
+        ("hints", lambda r: r["hints"]),
+        ("WAF", lambda r: _waf(r["end_to_end_waf"])),
+        ("change", lambda r: "-" if r["waf_change_vs_first"] is None else f"{100 * r['waf_change_vs_first']:+.1f}%"),
+        ("GC moved", lambda r: fmt_bytes(r["gc_bytes_moved"])),
+        ("GC stall", lambda r: fmt_ns(r["gc_stall_ns"])),
+    ]
+    if host_gc:
+        cols += [("zone resets", lambda r: f"{r['zone_resets'] or 0:,}"),
+                 ("host GC moved", lambda r: fmt_bytes(r["host_gc_relocated_bytes"]))]
+    cols += [
+        ("load p50", lambda r: fmt_ns(r["object_read_p50_ns"])),
+        ("load p99", lambda r: fmt_ns(r["object_read_p99_ns"])),
+        ("load p99.9", lambda r: fmt_ns(r["object_read_p999_ns"])),
+    ]
+    for name, _ in cols:
+        t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*(f(r) for _, f in cols))
+    return t

@@ -1,0 +1,191 @@
+"""Run directories: what a replay leaves behind, and how reports read it back.
+
+A run directory holds
+
+=================== ==========================================================
+config.json         everything needed to rerun (``kvbed replay --config``)
+result.json         fio-shaped: ``"kvbed version"``, ``"global options"``,
+                    ``"jobs"`` with read/write/trim ``lat_ns`` percentiles at
+                    fio's list, WAF, GC, erases, zone resets, per-RUH/zone and
+                    per-class figures; ``"device"`` = the model's own stats
+timeseries.parquet  one row per trace-time window: bytes, WAF, GC, latency
+                    percentiles
+latency.parquet     the non-empty buckets of every latency histogram
+                    (series, low_ns, high_ns, count): exact CDFs for plots
+runtime.json        wall-clock figures (the only file that differs between
+                    two runs with the same config and seed)
+*.png               plots made from the files above (testbed.plots)
+=================== ==========================================================
+
+The directory is assembled under a temporary name and renamed into place, so a
+failed or killed run never leaves a half-written one; an existing run
+directory at the target is replaced as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
+from testbed.atomicio import _json_default
+from testbed.errors import KvbedError
+
+RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
+
+
+def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict[str, Any]:
+    """fio's per-direction job entry: io_bytes, bw_bytes, iops, runtime, total_ios, lat_ns."""
+    n = h.n
+    secs = runtime_ns / 1e9 if runtime_ns > 0 else 0.0
+    out: dict[str, Any] = {}
+    if io_bytes is not None:
+        out["io_bytes"] = int(io_bytes)
+        out["io_kbytes"] = int(io_bytes) // 1024
+        out["bw_bytes"] = int(io_bytes / secs) if secs else 0
+    out["iops"] = n / secs if secs else 0.0
+    out["runtime_ns"] = int(runtime_ns)
+    out["total_ios"] = n
+    out["lat_ns"] = h.to_dict()
+    return out
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n"
+
+
+def _clean(obj: Any) -> Any:
+    """NaN/inf are not JSON: write them as null."""
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.floating):
+        return _clean(float(obj))
+    return obj
+
+
+def timeseries_table(rows: list[dict[str, Any]]) -> pa.Table:
+    if not rows:
+        return pa.table({"window": pa.array([], pa.int64())})
+    names: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in names:
+                names.append(k)
+    cols = {}
+    for k in names:
+        vals = [r.get(k) for r in rows]
+        kind = {type(v) for v in vals if v is not None}
+        typ = pa.float64() if float in kind else pa.int64()
+        cols[k] = pa.array(vals, typ)
+    return pa.table(cols)
+
+
+def latency_table(rows: list[tuple[str, int, int]]) -> pa.Table:
+    series = [r[0] for r in rows]
+    idx = np.array([r[1] for r in rows], np.int64)
+    low = _LOW[idx].astype(np.int64) if len(idx) else np.zeros(0, np.int64)
+    high = (low + _WIDTH[idx].astype(np.int64) - 1) if len(idx) else np.zeros(0, np.int64)
+    return pa.table({
+        "series": pa.array(series, pa.string()),
+        "low_ns": pa.array(low, pa.int64()),
+        "high_ns": pa.array(high, pa.int64()),
+        "count": pa.array([r[2] for r in rows], pa.int64()),
+    })
+
+
+def check_out_dir(out_dir: str | os.PathLike) -> Path:
+    """Refuse an output path that is a file or a non-empty directory that is not a run (checked before a run)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise KvbedError("exists and is not a directory", where=str(out))
+    if out.is_dir() and any(out.iterdir()) and not (out / "result.json").exists() and not (out / "config.json").exists():
+        raise KvbedError("exists, is not empty and is not a kvbed run directory; choose another -o", where=str(out))
+    return out
+
+
+def write_run(out_dir: str | os.PathLike, parts: dict[str, Any]) -> Path:
+    """Write config/result/timeseries/latency/runtime into ``out_dir`` atomically (directory swap)."""
+    out = check_out_dir(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        (tmp / "config.json").write_text(_dumps(_clean(parts["config"])))
+        (tmp / "result.json").write_text(_dumps(_clean(parts["result"])))
+        pq.write_table(timeseries_table(parts["timeseries"]), tmp / "timeseries.parquet", compression="zstd")
+        pq.write_table(latency_table(parts["latency"]), tmp / "latency.parquet", compression="zstd")
+        (tmp / "runtime.json").write_text(_dumps(_clean(parts.get("runtime", {}))))
+        if out.exists():
+            old = out.with_name(f".{out.name}.old.{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]
+    result: dict[str, Any]
+    timeseries: pa.Table
+    latency: pa.Table
+
+    @property
+    def job(self) -> dict[str, Any]:
+        return self.result["jobs"][0]
+
+    @property
+    def label(self) -> str:
+        """The run directory's name (what the user chose with -o), which tells runs apart."""
+        return self.path.resolve().name
+
+    def histogram(self, series: str) -> tuple[np.ndarray, np.ndarray]:
+        """(upper bound ns, count) of the non-empty buckets of one latency series, ascending."""
+        t = self.latency
+        if t.num_rows == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        mask = np.array(t.column("series").to_pylist()) == series
+        hi = t.column("high_ns").to_numpy()[mask]
+        cnt = t.column("count").to_numpy()[mask]
+        order = np.argsort(hi)
+        return hi[order], cnt[order]
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    p = Path(path)
+    if not p.is_dir():
+        raise KvbedError("not a run directory (no such directory)", where=str(p))
+    for name in RUN_FILES:
+        if not (p / name).exists():
+            raise KvbedError(f"not a complete run directory (missing {name})", where=str(p))
+    try:
+        config = json.loads((p / "config.json").read_text())
+        result = json.loads((p / "result.json").read_text())
+    except ValueError as exc:
+        raise KvbedError(f"unreadable JSON ({exc})", where=str(p)) from None
+    if not isinstance(result, dict) or "jobs" not in result or not result["jobs"]:
+        raise KvbedError("result.json has no jobs", where=str(p / "result.json"))
+    try:
+        ts = pq.read_table(p / "timeseries.parquet")
+        lat = pq.read_table(p / "latency.parquet")
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise KvbedError(f"unreadable Parquet ({str(exc).splitlines()[0]})", where=str(p)) from None
+    return Run(p, config, result, ts, lat)

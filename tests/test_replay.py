@@ -1,0 +1,347 @@
+"""`kvbed replay`: results shaped like fio's, reproducible to the byte, partial on Ctrl-C, sized from the
+trace, and a one-line error for every bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from devicemodels.histogram import FIO_PERCENTILES, percentile_key
+from kvreplay import schema as S
+from kvreplay.replay.engine import Replay, build_config
+from replay_fixtures import two_lifetimes
+from testbed.cli import cli
+from testbed.results import load_run, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+FIO_KEYS = [percentile_key(p) for p in FIO_PERCENTILES]
+RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
+
+
+def kvbed(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(res):
+    assert res.exit_code == 0, (res.exit_code, res.output, res.stderr)
+    return res
+
+
+def one_line_error(res, *fragments):
+    assert res.exit_code == 2, (res.exit_code, res.output, res.stderr)
+    err = res.stderr.strip()
+    assert err.startswith("kvbed: error: ") and "\n" not in err, err
+    for f in fragments:
+        assert f in err, (f, err)
+    assert "Traceback" not in res.output + res.stderr
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return two_lifetimes(tmp_path_factory.mktemp("replay") / "t.parquet", n_objects=3000)
+
+
+def replay_cli(trace, out, *extra):
+    return ok(kvbed("replay", trace, "-o", out, "-q", "--no-plots", *extra))
+
+
+def result(run_dir):
+    return json.loads((Path(run_dir) / "result.json").read_text())
+
+
+# --------------------------------------------------------------------------------------------- results
+
+
+def test_result_is_fio_shaped_and_consistent(trace, tmp_path):
+    replay_cli(trace, tmp_path / "r", "--device", "fdp", "--hints", "oracle")
+    r = result(tmp_path / "r")
+    assert r["kvbed version"].startswith("kvbed-") and r["incomplete"] is False
+    assert r["global options"]["hints"] == "oracle" and r["global options"]["device"] == "fdp"
+    job = r["jobs"][0]
+    for d in ("read", "write", "object_read", "object_write"):
+        e = job[d]
+        assert {"io_bytes", "bw_bytes", "iops", "runtime_ns", "total_ios", "lat_ns"} <= set(e)
+        lat = e["lat_ns"]
+        assert {"min", "max", "mean", "stddev", "N", "percentile"} <= set(lat)
+        assert list(lat["percentile"]) == FIO_KEYS
+        vals = list(lat["percentile"].values())
+        assert vals == sorted(vals) and lat["min"] <= vals[0] and vals[-1] <= lat["max"]
+    scan = r["scan"]
+    # every persist of the tier was placed: 3000 objects of 4 MiB = 4 units each
+    assert sum(c["writes"] for c in job["per_class"]) == scan["writes"] == 3000
+    assert job["user_bytes_written"] == 3000 * 4 << 20 == job["write"]["io_bytes"]
+    assert job["object_write"]["total_ios"] == 3000
+    assert job["object_read"]["total_ios"] == job["layout"]["objects_read"] == scan["reads"]
+    assert job["host_bytes_written"] == job["user_bytes_written"]  # fdp: no host GC
+    assert job["waf"] == job["media_bytes_written"] / job["host_bytes_written"]
+    assert len(job["per_ruh"]) == 8 + 1  # 8 RUHs and the shared GC destination
+    assert sum(x["host_bytes_written"] for x in job["per_ruh"][:8]) == job["host_bytes_written"]
+    assert job["hint_policy"]["offline"] is True and "future" in job["hint_policy"]["knows"]
+    ts = pq.read_table(tmp_path / "r" / "timeseries.parquet").to_pydict()
+    assert sum(ts["user_bytes_written"]) == job["user_bytes_written"]
+    assert sum(ts["write_ops"]) == job["write"]["total_ios"]
+    assert ts["t_start_ns"] == sorted(ts["t_start_ns"]) and len(ts["window"]) >= 100
+    lat = pq.read_table(tmp_path / "r" / "latency.parquet").to_pydict()
+    per = {}
+    for s, c in zip(lat["series"], lat["count"]):
+        per[s] = per.get(s, 0) + c
+    assert per["write"] == job["write"]["total_ios"] and per["object_read"] == job["object_read"]["total_ios"]
+    assert (tmp_path / "r" / "runtime.json").exists()
+
+
+def test_oracle_lowers_waf_on_fdp(trace, tmp_path):
+    wafs = {}
+    for h in ("none", "oracle", "type"):
+        replay_cli(trace, tmp_path / h, "--hints", h, "--fill-ratio", "1.0")
+        wafs[h] = result(tmp_path / h)["jobs"][0]["waf"]
+    assert wafs["none"] > 1.05  # mixed lifetimes in one RUH cost GC copies
+    assert wafs["oracle"] < wafs["none"] and wafs["type"] < wafs["none"]  # kind follows lifetime in this trace
+
+
+def test_same_seed_same_bytes_and_rerun_from_config(trace, tmp_path):
+    args = ("--hints", "noisy-oracle", "--seed", "7", "--param", "error_rate=0.2")
+    replay_cli(trace, tmp_path / "a", *args)
+    replay_cli(trace, tmp_path / "b", *args)
+    ok(kvbed("replay", "--config", tmp_path / "a" / "config.json", "-o", tmp_path / "c", "-q", "--no-plots"))
+    for name in RUN_FILES:
+        a = (tmp_path / "a" / name).read_bytes()
+        assert a == (tmp_path / "b" / name).read_bytes(), name
+        assert a == (tmp_path / "c" / name).read_bytes(), name
+    replay_cli(trace, tmp_path / "d", "--hints", "noisy-oracle", "--seed", "8", "--param", "error_rate=0.2")
+    assert result(tmp_path / "d")["jobs"][0]["per_class"] != result(tmp_path / "a")["jobs"][0]["per_class"]
+
+
+def test_stop_leaves_a_valid_partial_result(trace, tmp_path):
+    calls = {"n": 0}
+
+    def stop():
+        calls["n"] += 1
+        return calls["n"] >= 3
+
+    cfg = build_config(trace, "fdp", "predicted", [])
+    parts = Replay(cfg, should_stop=stop).run()
+    run = load_run(write_run(tmp_path / "p", parts))
+    r = run.result
+    assert r["incomplete"] is True
+    rows = r["jobs"][0]["events"]["rows_replayed"]
+    assert 0 < rows < r["scan"]["rows"] and r["stopped_at_row"] == rows
+    assert 0 < r["jobs"][0]["object_write"]["total_ios"] < 3000
+    ok(kvbed("report", tmp_path / "p", "--no-plot"))
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_sigint_gives_a_partial_result(tmp_path):
+    big = two_lifetimes(tmp_path / "big.parquet", n_objects=400_000, gap_ns=100_000, row_group_rows=4096)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # a closed loop with one op in flight makes the replay slow (~1M ops one by one) enough to interrupt
+    proc = subprocess.Popen([sys.executable, "-c", "from testbed.cli import main; main()", "replay", str(big), "-o",
+                             str(out), "-q", "--no-plots", "--as-fast-as-possible", "--param", "queue_depth=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    while proc.poll() is None and _cpu_s(proc.pid) < 4.0:  # start-up and the scan are done by then
+        time.sleep(0.1)
+    assert proc.poll() is None, "finished before the interrupt; make the trace larger"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert b"partial result" in stderr and b"Traceback" not in stderr
+    r = result(out)
+    assert r["incomplete"] is True and 0 < r["jobs"][0]["events"]["rows_replayed"] < r["scan"]["rows"]
+    assert load_run(out).timeseries.num_rows > 0
+
+
+# --------------------------------------------------------------------------------------------- timing
+
+
+class Recorder:
+    """The real device model, with every submitted op's arrival and completion kept for inspection."""
+
+    def __init__(self, dev):
+        self.dev, self.arr, self.done = dev, [], []
+
+    def __getattr__(self, name):
+        return getattr(self.dev, name)
+
+    def submit(self, ops):
+        c = self.dev.submit(ops)
+        self.arr.append(np.asarray(ops["arrival_ns"]).copy())
+        self.done.append(c.done_ns.copy())
+        return c
+
+
+def _recorded(cfg):
+    rep = Replay(cfg)
+    prepare = rep.prepare
+
+    def wrapped():
+        prepare()
+        rep.target = Recorder(rep.device)
+        rep.rec = rep.target
+
+    rep.prepare = wrapped
+    parts = rep.run()
+    return parts, np.concatenate(rep.rec.arr), np.concatenate(rep.rec.done)
+
+
+def test_as_fast_as_possible_keeps_queue_depth_in_flight(trace):
+    cfg = build_config(trace, "fdp", "none", ["queue_depth=4"], {"as_fast_as_possible": True})
+    parts, arr, done = _recorded(cfg)
+    assert (np.diff(arr) >= 0).all()
+    # at every arrival, at most 4 ops have arrived and not completed
+    inflight = np.searchsorted(np.sort(arr), arr, side="right") - np.searchsorted(np.sort(done), arr, side="right")
+    assert inflight.max() <= 4 and inflight.max() >= 2
+    assert parts["result"]["sizing"]["parallelism"]["mode"] == "given"  # no trace rate to size for
+
+
+def test_time_scale_stretches_arrivals(trace):
+    fixed = ["channels=8", "dies_per_channel=8"]
+    p1, arr1, _ = _recorded(build_config(trace, "fdp", "none", fixed))
+    p2, arr2, _ = _recorded(build_config(trace, "fdp", "none", fixed, {"time_scale": "0.1"}))
+    assert len(arr1) == len(arr2) and arr1[-1] > 0
+    assert np.array_equal(arr2, np.floor(arr1 / 0.1).astype(np.int64))  # trace time / scale
+    lat = lambda p: p["result"]["jobs"][0]["object_write"]["lat_ns"]["percentile"]["99.000000"]  # noqa: E731
+    assert lat(p2) < lat(p1)  # ten times slower arrivals: less queueing
+
+
+# --------------------------------------------------------------------------------------------- sizing
+
+
+def test_capacity_is_sized_from_peak_live_data(trace, tmp_path):
+    replay_cli(trace, tmp_path / "s", "--fill-ratio", "0.8")
+    r = result(tmp_path / "s")
+    sz, scan = r["sizing"], r["scan"]
+    assert sz["mode"] == "auto" and sz["notes"] == []
+    assert sz["logical_bytes"] == math.ceil(scan["peak_live_pages"] / 0.8) * (1 << 20)
+    assert sz["peak_live_pages"] == scan["peak_live_pages"] > 0
+    assert r["device"]["geometry"]["logical_bytes"] == sz["logical_bytes"]
+    assert r["jobs"][0]["layout"]["forced_evictions"] == 0  # it fits: nothing evicted by the layout
+
+
+def test_undersized_device_evicts_by_policy_only_when_allowed(trace, tmp_path):
+    small = ("--param", "logical_bytes=2GiB", "--param", "ru_bytes=4MiB")
+    res = kvbed("replay", trace, "-o", tmp_path / "no", "-q", *small)
+    one_line_error(res, "too small for the live data", "strict_capacity=false")
+    assert not (tmp_path / "no").exists()
+    replay_cli(trace, tmp_path / "yes", *small, "--param", "strict_capacity=false")
+    job = result(tmp_path / "yes")["jobs"][0]
+    lay = job["layout"]
+    assert lay["forced_evictions"] > 0 and lay["objects_written"] == 3000  # evicted, never dropped
+    assert lay["resident_pages"] <= 2048 and lay["evict_policy"] == "lru"  # the trace says ssd_policy=lru
+
+
+# --------------------------------------------------------------------------------------------- devices
+
+
+def test_zns_reports_resets_relocations_and_host_waf(trace, tmp_path):
+    jobs = {}
+    for h in ("none", "oracle"):
+        replay_cli(trace, tmp_path / h, "--device", "zns", "--hints", h, "--fill-ratio", "1.0")
+        jobs[h] = result(tmp_path / h)["jobs"][0]
+    j = jobs["none"]
+    lay = j["layout"]
+    assert lay["zone_resets"] > 0 and lay["gc_relocated_pages"] > 0
+    assert j["zone_resets"] == lay["zone_resets"] == j["host_gc"]["zone_resets"]
+    assert j["host_waf"] == (lay["pages_written"] + lay["gc_relocated_pages"]) / lay["pages_written"]
+    assert j["waf"] == 1.0 and j["end_to_end_waf"] == j["host_waf"]  # the drive itself never copies
+    assert j["host_gc"]["relocated_bytes"] == lay["gc_relocated_pages"] << 20
+    assert j["zones"]["gc_stream"] == "shared" and j["zones"]["streams"] == 9  # 8 classes + GC
+    assert jobs["oracle"]["host_waf"] < j["host_waf"]
+
+
+def test_precondition_is_counted_apart(trace, tmp_path):
+    replay_cli(trace, tmp_path / "pre", "--precondition", "0.9")
+    r = result(tmp_path / "pre")
+    pre = r["precondition"]
+    assert pre["fill_ratio"] == 0.9 and pre["host_pages_written"] == round(0.9 * r["sizing"]["usable_pages"])
+    # the replay's own counters start after it: host writes are exactly the trace's
+    assert r["jobs"][0]["host_bytes_written"] == r["jobs"][0]["user_bytes_written"] == 3000 * 4 << 20
+    res = kvbed("replay", trace, "--device", "zns", "--precondition", "0.5", "-o", tmp_path / "z", "-q")
+    one_line_error(res, "--precondition", "zns")
+
+
+def test_conv_and_cxl_replay(trace, tmp_path):
+    replay_cli(trace, tmp_path / "conv", "--device", "conv", "--hints", "oracle")
+    j = result(tmp_path / "conv")["jobs"][0]
+    assert j["classes"] == 1 and j["per_class"][0]["writes"] == 3000  # conv separates nothing
+    replay_cli(trace, tmp_path / "cxl", "--device", "cxl")
+    j = result(tmp_path / "cxl")["jobs"][0]
+    assert j["waf"] == 1.0 and j["object_read"]["total_ios"] > 0
+    replay_cli(trace, tmp_path / "cs", "--device", "cxl-ssd")
+    assert result(tmp_path / "cs")["jobs"][0]["object_write"]["total_ios"] == 3000
+
+
+# --------------------------------------------------------------------------------------------- bad input
+
+
+def _other_version(path: Path) -> Path:
+    batch = S.make_batch(ts_ns=[1], op=["persist"], obj_id=[1], tier=["ssd"], nbytes=[1 << 20])
+    S.write_trace(path, batch, S.TraceMeta(format_version=2))
+    return path
+
+
+@pytest.mark.parametrize("case", [
+    "version", "tier", "too_small", "hint", "param", "value", "scale_and_afap", "missing", "not_parquet",
+    "config_and_trace",
+])
+def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
+    out = tmp_path / "out"
+    args = {
+        "version": ([_other_version(tmp_path / "v2.parquet")], ["format version 2", "reads version 1"]),
+        "tier": ([trace, "--tier", "cxl"], ["tier 'cxl' is absent from the trace", "ssd ("]),
+        "too_small": ([trace, "--param", "logical_bytes=64MiB"], ["too small"]),
+        "hint": ([trace, "--hints", "magic"], ["unknown hint policy 'magic'", "oracle"]),
+        "param": ([trace, "--param", "bogus=1"], ["unknown parameter 'bogus'"]),
+        "value": ([trace, "--param", "op_ratio=lots"], ["op_ratio", "expected a number"]),
+        "scale_and_afap": ([trace, "--time-scale", "2", "--as-fast-as-possible"], ["exclude each other"]),
+        "missing": ([tmp_path / "nope.parquet"], ["no such file"]),
+        "not_parquet": ([tmp_path / "x.parquet"], ["not a readable Parquet file"]),
+        "config_and_trace": ([trace, "--config", tmp_path / "c.json"], ["--config reruns"]),
+    }[case]
+    (tmp_path / "x.parquet").write_text("not parquet")
+    res = kvbed("replay", *args[0], "-o", out, "-q")
+    one_line_error(res, *args[1])
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------- Mooncake e2e
+
+MOONCAKE = (ROOT / "../shared/data/traces/mooncake/conversation_trace.jsonl").resolve()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="Mooncake trace not available")
+def test_mooncake_end_to_end(tmp_path):
+    """Mooncake conversation trace, tier-simulated with Llama-3-8B (32 MiB objects) and a 1 TiB S3-FIFO SSD
+    tier (one-hit chunks die young, reused ones live long); the device holds exactly the peak live data
+    (fill 1.0, 7% OP), so GC must copy. Oracle < noisy-oracle (5% misclassified) < none, byte-identical reruns."""
+    lc = tmp_path / "mc.parquet"
+    ok(kvbed("trace", "import", "mooncake", MOONCAKE, "-o", lc, "--model", "llama-3-8b", "--ssd-bytes", "1TiB",
+             "--ssd-policy", "s3fifo"))
+    common = ("--device", "fdp", "--fill-ratio", "1.0", "--seed", "3")
+    waf = {}
+    for h, extra in (("none", ()), ("oracle", ()), ("noisy-oracle", ("--param", "error_rate=0.05"))):
+        replay_cli(lc, tmp_path / h, "--hints", h, *common, *extra)
+        job = result(tmp_path / h)["jobs"][0]
+        waf[h] = job["waf"]
+        assert job["events"]["rows_replayed"] == result(tmp_path / h)["scan"]["rows"]
+    none = result(tmp_path / "none")["jobs"][0]
+    assert none["gc"]["pages_moved"] > 0 and none["gc_count"] > 0  # GC ran and copied
+    assert waf["oracle"] < waf["noisy-oracle"] < waf["none"], waf
+    replay_cli(lc, tmp_path / "oracle2", "--hints", "oracle", *common)
+    for name in RUN_FILES:
+        assert (tmp_path / "oracle" / name).read_bytes() == (tmp_path / "oracle2" / name).read_bytes(), name
