@@ -23,8 +23,9 @@ without the latency model; ``dev.precondition(fill, overwrite_x=..., seed=...)``
 
 Mapping unit: ``FlashParams.page_bytes`` may be a multiple of ``nand_page_bytes`` (e.g. 1 MiB
 units for MB-sized KV objects). A unit of k NAND pages costs k page reads/programs on its die and
-its channel transfer takes page_bytes / channel rate; a block of ``pages_per_block`` units is k
-NAND blocks, so an erase costs k x ``block_erase_ns``.
+its channel transfer takes page_bytes / channel rate; a block of ``pages_per_block`` units holds
+k x pages_per_block NAND pages, so its erase costs ``block_erase_ns`` per ``nand_pages_per_block``
+of them (FEMU: 1 MiB units with pages_per_block=1 erase in one 2 ms block erase).
 
 Numba cache note: kernels are ``@njit(cache=True)``; numba keys a cached kernel on its own
 file only, so after editing a module a kernel imports from (histogram.py, ftl_state.py,

@@ -22,8 +22,10 @@ class FlashParams:
     Units: ``page_bytes`` is the *mapping unit* (one L2P entry). It may be a
     multiple of the NAND page ``nand_page_bytes`` (coarse mapping for MB-sized
     KV objects); a mapping unit of k NAND pages lives on one die and costs k
-    NAND page reads/programs, and a block of ``pages_per_block`` units is k NAND
-    blocks (k erases on its die). ``pages_per_block`` counts mapping units.
+    NAND page reads/programs. ``pages_per_block`` counts mapping units; a block
+    of them holds k x pages_per_block NAND pages, i.e. that many NAND blocks of
+    ``nand_pages_per_block`` pages (at least one), and erasing it costs one
+    ``block_erase_ns`` per NAND block.
 
     A *line* (superblock) of ``blocks_per_line`` blocks is the unit of
     allocation and garbage collection; consecutive pages of a line go to
@@ -52,6 +54,7 @@ class FlashParams:
     pe_cycles_rated: int = 3000
     # --- additive fields (geometry, GC, timing) ---
     nand_page_bytes: int = 4 * KiB
+    nand_pages_per_block: int = 256  # a NAND erase block (FEMU: 256 x 4 KiB); sets erase time and wear
     blocks_per_line: int = 0  # 0 = one block per die (full stripe)
     channel_bytes_per_s: int = 800_000_000  # ONFI/Toggle bus rate per channel
     gc_policy: str = "greedy"  # a name in devicemodels.GC_POLICIES
@@ -66,7 +69,8 @@ class FlashParams:
 
     def validate(self) -> "FlashParams":
         for name in ("logical_bytes", "page_bytes", "pages_per_block", "channels", "dies_per_channel",
-                     "nand_page_bytes", "channel_bytes_per_s", "pe_cycles_rated", "gc_d_choices"):
+                     "nand_page_bytes", "nand_pages_per_block", "channel_bytes_per_s", "pe_cycles_rated",
+                     "gc_d_choices"):
             if getattr(self, name) <= 0:
                 raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("page_read_ns", "page_program_ns", "block_erase_ns", "write_buffer_bytes",
@@ -111,6 +115,11 @@ class FlashParams:
     def nand_pages_per_page(self) -> int:
         """NAND pages per mapping unit (k): time of a unit read/program and of a block erase scale by k."""
         return self.page_bytes // self.nand_page_bytes
+
+    @property
+    def nand_blocks_per_block(self) -> int:
+        """NAND erase blocks in one block of mapping units: a block erase costs this many ``block_erase_ns``."""
+        return max(1, -(-(self.nand_pages_per_page * self.pages_per_block) // self.nand_pages_per_block))
 
     @property
     def line_blocks(self) -> int:

@@ -94,7 +94,7 @@ class ZnsDevice(DeviceModel):
             nzones=nzones, zsize=zsize, cap=cap, ppb=f.pages_per_block, w=min(blocks, f.dies), dies=f.dies,
             channels=f.channels, max_open=z.max_open_zones, max_active=z.max_active_zones,
             implicit_close=int(z.implicit_close), timing=int(f.timing), read_ns=f.page_read_ns * k,
-            prog_ns=f.page_program_ns * k, erase_ns=f.block_erase_ns * k, xfer_ns=f.page_xfer_ns,
+            prog_ns=f.page_program_ns * k, erase_ns=f.block_erase_ns * f.nand_blocks_per_block, xfer_ns=f.page_xfer_ns,
             wbuf=f.write_buffer_bytes // f.page_bytes, wbuf_ns=f.write_buffer_ns,
             ch_mask=pow2_mask(f.channels),
         )

@@ -82,3 +82,16 @@ def test_every_device_builds_from_defaults_and_reports_the_contract():
         assert all(isinstance(v, int) for v in c.values())
         assert {"host_pages_written", "media_pages_written", "gc_runs", "gc_pages_moved", "block_erases",
                 "gc_fg_stall_ns"} <= set(c)
+
+
+@pytest.mark.parametrize("unit, ppb, nand_blocks", [
+    ("4KiB", 256, 1),   # FEMU: a block of 256 x 4 KiB pages is one NAND block
+    ("4KiB", 64, 1),    # a smaller model block still erases one NAND block
+    ("1MiB", 1, 1),     # replay's coarse unit: 1 MiB block = 256 NAND pages = one NAND block
+    ("1MiB", 4, 4),     # 4 MiB block = four NAND blocks
+])
+def test_block_erase_time_counts_nand_blocks_not_mapping_units(unit, ppb, nand_blocks):
+    dev = DEVICES.get("conv").from_params([f"page_bytes={unit}", f"pages_per_block={ppb}",
+                                           "logical_bytes=1GiB", "channels=2", "dies_per_channel=2"])
+    assert dev.flash.nand_blocks_per_block == nand_blocks
+    assert dev.geo.erase_ns == 2_000_000 * nand_blocks

@@ -7,10 +7,9 @@ defaults (each overridable with ``--param``) are:
 
 - ``page_bytes = 1 MiB`` mapping unit (32 units per 32 MiB object; an object
   smaller than a unit still takes one);
-- ``pages_per_block = 1``: a 1 MiB block, FEMU's 256 pages of 4 KiB, and
-  ``block_erase_ns = 7.8 us`` because the device model charges
-  ``block_erase_ns`` once per NAND page of the mapping unit (k = page_bytes /
-  nand_page_bytes = 256): a block erase then takes FEMU's 2 ms;
+- ``pages_per_block = 1``: a 1 MiB block, which is FEMU's NAND erase block of
+  256 pages of 4 KiB (``nand_pages_per_block``), erased in ``block_erase_ns``
+  (2 ms);
 - lines / reclaim units striped over every die (a superblock: 1 MiB x dies,
   64 MiB on FEMU's 8 x 8, 1 GiB on 1024 dies), since a write stream's bandwidth
   is the number of dies its open line spans; halved for small devices until the
@@ -50,7 +49,7 @@ MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% O
 
 #: typed defaults applied to device param groups before the user's --param overrides
 REPLAY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "flash": {"page_bytes": 1 * MiB, "pages_per_block": 1, "block_erase_ns": 7_813},
+    "flash": {"page_bytes": 1 * MiB, "pages_per_block": 1},
     "cxl": {"page_bytes": 1 * MiB},
 }
 
