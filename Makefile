@@ -16,17 +16,20 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# The main job on the embedded default (no VM, no downloads).
+# The main job on the embedded default (no VM, no downloads): a sample trace replayed with
+# no hints and with oracle lifetime hints on the default FDP model, then the comparison.
 demo: venv
 	$(KVBED) trace synth -o $(DEMO_DIR)/sample.parquet
-	$(KVBED) trace stats $(DEMO_DIR)/sample.parquet
+	$(KVBED) replay $(DEMO_DIR)/sample.parquet --device fdp --hints none -o $(DEMO_DIR)/none
+	$(KVBED) replay $(DEMO_DIR)/sample.parquet --device fdp --hints oracle -o $(DEMO_DIR)/oracle
+	$(KVBED) report $(DEMO_DIR)/none $(DEMO_DIR)/oracle
 
 # System packages (QEMU 10 from bookworm-backports, image tools), then every test.
 host-setup:
 	scripts/setup_host.sh
 
 test: host-setup venv
-	$(PY) -m pytest -q
+	KVBED_REQUIRE_VM=1 $(PY) -m pytest -q
 
 # Everything but the VM suite (no root, no QEMU needed).
 test-fast: venv
