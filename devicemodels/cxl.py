@@ -16,7 +16,7 @@ from numba import njit
 
 from devicemodels import histogram
 from devicemodels.base import DEVICES, OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, Completion, DeviceModel
-from devicemodels.ftl_device import as_batch, check_batch
+from devicemodels.ftl_device import checked_batch
 from devicemodels.histogram import clear_rows, hist_record
 from devicemodels.params import CxlParams
 from devicemodels.summary import latency_by_op
@@ -89,9 +89,7 @@ class CxlDevice(DeviceModel):
         return self.cxl.cxl_bytes // self.cxl.page_bytes
 
     def submit(self, ops: dict[str, np.ndarray]) -> Completion:
-        cols = as_batch(ops)
-        op, lba, npages, pid, arrival = cols
-        check_batch(self.name, cols, self.logical_pages, self.supported_ops, None)
+        op, lba, npages, pid, arrival = checked_batch(self, ops)
         done = np.empty(len(op), np.int64)
         if len(op):
             cxl_submit(self.cg, self.link, self.ctr, self.hist, op, npages, arrival, done)

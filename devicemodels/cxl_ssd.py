@@ -21,7 +21,7 @@ from numba import njit
 from devicemodels import histogram
 from devicemodels.base import DEVICES, OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, Completion, DeviceModel
 from devicemodels.conv import ConvDevice
-from devicemodels.ftl_device import as_batch, check_batch
+from devicemodels.ftl_device import checked_batch
 from devicemodels.histogram import clear_rows, hist_record
 from devicemodels.params import CxlParams, CxlSsdParams, FlashParams
 from devicemodels.summary import latency_by_op
@@ -171,9 +171,7 @@ class CxlSsdDevice(DeviceModel):
         return self.backend.logical_pages
 
     def submit(self, ops: dict[str, np.ndarray]) -> Completion:
-        cols = as_batch(ops)
-        op, lba, npages, pid, arrival = cols
-        check_batch(self.name, cols, self.logical_pages, self.supported_ops, None)
+        op, lba, npages, pid, arrival = checked_batch(self, ops)
         n = len(op)
         done = np.empty(n, np.int64)
         if n == 0:

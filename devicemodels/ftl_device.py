@@ -81,6 +81,14 @@ def check_batch(name: str, cols: tuple[np.ndarray, ...], logical_pages: int, all
     raise KvbedError(msg, where=f"{name} op {int(i)} ({oname})")
 
 
+def checked_batch(dev: DeviceModel, ops: dict[str, np.ndarray], n_pid: int | None = None) -> tuple[np.ndarray, ...]:
+    """``ops`` as the contract's five columns, refused (naming the first bad op) where ``dev`` would
+    reject it: an op it does not support, a range beyond its logical pages, time going backwards."""
+    cols = as_batch(ops)
+    check_batch(dev.name, cols, dev.logical_pages, dev.supported_ops, n_pid)
+    return cols
+
+
 class FtlDevice(DeviceModel):
     """A page-mapped FTL with lines, GC and timing; ``conv`` and ``fdp`` configure it."""
 

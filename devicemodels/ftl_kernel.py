@@ -129,6 +129,31 @@ def t_prog(die_free, ch_free, g, die, t, t_data):
     return e
 
 
+@kernel(inline="always")
+def wbuf_take(wbuf, misc, g, pos_at, t):
+    """A host page arriving at ``t`` takes the oldest write-buffer slot (``misc[pos_at]``) once that
+    slot's page has been programmed: returns (slot, time the page is in the buffer)."""
+    if g.wbuf > 0:
+        pos = misc[pos_at]
+        return pos, max(t, wbuf[pos])
+    return 0, t
+
+
+@kernel(inline="always")
+def t_host_prog(die_free, ch_free, wbuf, misc, g, die, pos, t_ready, busy_at, pos_at):
+    """Program a host page (in buffer slot ``pos`` from ``t_ready``) on ``die``; the slot is busy
+    until the program ends. Returns when the host sees the write done: ``wbuf_ns`` after the page
+    entered the buffer, or at the program's end without a buffer."""
+    e = t_prog(die_free, ch_free, g, die, t_ready, t_ready)
+    if e > misc[busy_at]:
+        misc[busy_at] = e
+    if g.wbuf > 0:
+        wbuf[pos] = e
+        misc[pos_at] = pos + 1 if pos + 1 < g.wbuf else 0
+        e = t_ready + g.wbuf_ns
+    return e
+
+
 # ----------------------------------------------------------------------------- per-line bookkeeping
 @kernel
 def free_count(st, rg):
@@ -503,10 +528,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                             rgm[org, RG_BMIN] = c
                 t_ready = t
                 pos = 0
-                if timing and g.wbuf > 0:
-                    pos = misc[M_WB_POS]
-                    if wbuf[pos] > t_ready:
-                        t_ready = wbuf[pos]
+                if timing:
+                    pos, t_ready = wbuf_take(wbuf, misc, g, M_WB_POS, t)
                 line = fr_line[f]
                 if line < 0:
                     t_ready = _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp)
@@ -526,13 +549,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                     _close(st, g, line)
                     fr_line[f] = -1
                 if timing:
-                    e = t_prog(die_free, ch_free, g, line_die(g, die0[line], line, q), t_ready, t_ready)
-                    if e > misc[M_BUSY_UNTIL]:
-                        misc[M_BUSY_UNTIL] = e
-                    if g.wbuf > 0:
-                        wbuf[pos] = e
-                        misc[M_WB_POS] = pos + 1 if pos + 1 < g.wbuf else 0
-                        e = t_ready + g.wbuf_ns
+                    e = t_host_prog(die_free, ch_free, wbuf, misc, g, line_die(g, die0[line], line, q), pos, t_ready,
+                                    M_BUSY_UNTIL, M_WB_POS)
                     if e > d:
                         d = e
             ctr[C_HOST] += npages[i]

@@ -41,6 +41,9 @@ RG_FIELDS = 6
 M_CLOCK, M_BUSY_UNTIL, M_WB_POS, M_HOST_BUSY, M_BG_END = range(5)
 M_FIELDS = 5
 
+# one op counter per op code (``ctr[C_OPS + op]``), the same in every flash device's counters
+OP_COUNTER_NAMES = tuple(f"ops_{name}" for name in OP_NAMES)
+
 # cumulative counters (State.ctr); names are the keys of counters()
 COUNTER_NAMES = (
     "host_pages_written",
@@ -58,13 +61,7 @@ COUNTER_NAMES = (
     "ruh_updates",
     "ru_not_fully_written",
     "lines_opened",
-    "ops_read",
-    "ops_write",
-    "ops_trim",
-    "ops_zone_append",
-    "ops_zone_reset",
-    "ops_zone_finish",
-    "ops_ruh_update",
+    *OP_COUNTER_NAMES,
 )
 (C_HOST, C_MEDIA, C_GC_PAGES, C_GC_RUNS, C_GC_FG, C_GC_BG, C_STALL_NS, C_ERASES, C_READ, C_READ_UNMAPPED,
  C_TRIM, C_TRIM_MAPPED, C_RUH_UPDATES, C_RU_NFW, C_LINES_OPENED, C_OPS) = range(16)

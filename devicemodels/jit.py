@@ -5,6 +5,7 @@ Why not plain ``@njit``: numba reference-counts every array it touches through a
 "close this line" cost ~150-300 ns (~5 ns without). Kernels here never allocate or return arrays,
 so they are compiled without the runtime (``_nrt=False``; numba's own flag, used in its tests):
 no reference counting at all. Scratch space lives in the state instead of being allocated.
+The replay's layout and hint kernels use it for the same reason (they share small helpers).
 """
 
 from __future__ import annotations

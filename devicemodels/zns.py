@@ -19,7 +19,7 @@ from devicemodels import histogram
 from devicemodels import zns_kernel as ZK
 from devicemodels.base import (DEVICES, OP_NAMES, OP_READ, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                                OP_ZONE_RESET, Completion, DeviceModel)
-from devicemodels.ftl_device import as_batch, check_batch
+from devicemodels.ftl_device import checked_batch
 from devicemodels.ftl_state import pow2_mask
 from devicemodels.histogram import clear_rows
 from devicemodels.params import FlashParams, ZnsParams
@@ -134,9 +134,7 @@ class ZnsDevice(DeviceModel):
         return self.zg.nzones
 
     def submit(self, ops: dict[str, np.ndarray]) -> Completion:
-        cols = as_batch(ops)
-        op, lba, npages, pid, arrival = cols
-        check_batch(self.name, cols, self.logical_pages, self.supported_ops, None)
+        op, lba, npages, pid, arrival = checked_batch(self, ops)
         n = len(op)
         done = np.empty(n, np.int64)
         out_lba = np.full(n, -1, np.int64)

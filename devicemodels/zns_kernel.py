@@ -13,7 +13,8 @@ from __future__ import annotations
 
 
 from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET
-from devicemodels.ftl_kernel import t_prog, t_read
+from devicemodels.ftl_kernel import t_host_prog, t_read, wbuf_take
+from devicemodels.ftl_state import OP_COUNTER_NAMES
 from devicemodels.histogram import hist_record
 from devicemodels.jit import kernel
 
@@ -39,13 +40,7 @@ ZNS_COUNTER_NAMES = (
     "zone_appends",
     "host_pages_read",
     "host_pages_read_unmapped",
-    "ops_read",
-    "ops_write",
-    "ops_trim",
-    "ops_zone_append",
-    "ops_zone_reset",
-    "ops_zone_finish",
-    "ops_ruh_update",
+    *OP_COUNTER_NAMES,
 )
 (ZC_HOST, ZC_MEDIA, _ZC_GCP, _ZC_GCR, _ZC_STALL, ZC_ERASES, ZC_RESETS, ZC_RESETS_EMPTY, ZC_FINISHES,
  ZC_IMPLICIT_CLOSES, ZC_APPENDS, ZC_READ, ZC_READ_UNMAPPED, ZC_OPS) = range(14)
@@ -180,19 +175,9 @@ def zns_submit(zst, zg, op, lba, npages, arrival, done, out_lba, err):
                 return
             if zg.timing:
                 for k in range(n):
-                    t_ready = t
-                    pos = 0
-                    if zg.wbuf > 0:
-                        pos = misc[ZM_WB_POS]
-                        if wbuf[pos] > t_ready:
-                            t_ready = wbuf[pos]
-                    e = t_prog(die_free, ch_free, zg, zone_die(zg, z, wp + k), t_ready, t_ready)
-                    if e > misc[ZM_BUSY_UNTIL]:
-                        misc[ZM_BUSY_UNTIL] = e
-                    if zg.wbuf > 0:
-                        wbuf[pos] = e
-                        misc[ZM_WB_POS] = pos + 1 if pos + 1 < zg.wbuf else 0
-                        e = t_ready + zg.wbuf_ns
+                    pos, t_ready = wbuf_take(wbuf, misc, zg, ZM_WB_POS, t)
+                    e = t_host_prog(die_free, ch_free, wbuf, misc, zg, zone_die(zg, z, wp + k), pos, t_ready,
+                                    ZM_BUSY_UNTIL, ZM_WB_POS)
                     if e > d:
                         d = e
             wp += n

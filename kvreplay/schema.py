@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from testbed.atomicio import json_default, temp_path_for
 from testbed.errors import KvbedError
 
 FORMAT_NAME = "kvbed-lifecycle"
@@ -98,7 +99,7 @@ class TraceMeta:
     created_by: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_jsonable)
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=json_default)
 
     @classmethod
     def from_json(cls, text: str | bytes, *, where: str) -> "TraceMeta":
@@ -117,18 +118,6 @@ class TraceMeta:
             )
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 class EventBatch(dict):
@@ -190,7 +179,7 @@ class TraceWriter:
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.tmp: Path | None = None  # made when the first row group (or the close) opens the file
         self.meta = meta
         if not meta.created_by:
             meta.created_by = f"kvbed {__version__}"
@@ -213,6 +202,7 @@ class TraceWriter:
 
     def _open(self, meta_json: str) -> pq.ParquetWriter:
         schema = ARROW_SCHEMA.with_metadata({META_KEY: meta_json.encode()})
+        self.tmp = temp_path_for(self.path)
         # Dictionary pages for the string columns only: on ids and times a dictionary never fits and
         # Parquet falls back to plain encoding after trying (measured: 30% slower, 60% larger files).
         return pq.ParquetWriter(
@@ -274,10 +264,8 @@ class TraceWriter:
                 self._writer.close()
             except Exception:
                 pass
-        try:
-            self.tmp.unlink()
-        except FileNotFoundError:
-            pass
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> "TraceWriter":
         return self
@@ -326,34 +314,62 @@ class TraceReader:
         self.tenants: list[str] = []
         self.scopes: list[str] = []
         self._string_codes = {"tenant": {}, "scope": {}}
+        # per column: the last chunk dictionary seen and its code mapping (None: the dictionary is
+        # already the code table, so indices are codes). Row groups of one file nearly always carry
+        # the same dictionary (our writer stores the full enum and string tables), so the mapping is
+        # built once per file instead of once per chunk.
+        self._maps: dict[str, tuple[pa.Array, np.ndarray | None, bool]] = {}
 
-    def _code_map(self, name: str, dictionary: pa.Array, row0: int, indices: np.ndarray) -> np.ndarray:
+    def _code_map(self, name: str, dictionary: pa.Array) -> tuple[np.ndarray | None, bool]:
+        """(mapping from dictionary index to code in the column's dtype, or None if it is the
+        identity; True if some dictionary value is an unknown enum name, mapped to -1)."""
+        cached = self._maps.get(name)
+        if cached is not None and (cached[0] is dictionary or cached[0].equals(dictionary)):
+            return cached[1], cached[2]
         values = dictionary.to_pylist()
         if name in ENUM_COLUMNS:
             table = {s: i for i, s in enumerate(ENUM_COLUMNS[name])}
             mapping = np.array([table.get(v, -1) for v in values], dtype=np.int64)
-            bad = np.flatnonzero(mapping[indices] < 0) if len(mapping) else np.array([], dtype=np.int64)
+        else:
+            codes = self._string_codes[name]
+            table_list = self.tenants if name == "tenant" else self.scopes
+            mapping = np.empty(len(values), dtype=np.int64)
+            for i, v in enumerate(values):
+                if v not in codes:
+                    codes[v] = len(table_list)
+                    table_list.append(v)
+                mapping[i] = codes[v]
+        unknown = bool(len(mapping)) and bool(mapping.min() < 0)
+        identity = not unknown and bool(np.array_equal(mapping, np.arange(len(mapping))))
+        out = None if identity else mapping.astype(COLUMNS[name][1])
+        self._maps[name] = (dictionary, out, unknown)
+        return out, unknown
+
+    def _decode_codes(self, name: str, chunk: pa.DictionaryArray, row0: int) -> np.ndarray:
+        """The chunk's values as codes into OPS/TIERS/KINDS or the string tables (a new array)."""
+        dt = COLUMNS[name][1]
+        if chunk.null_count:  # the schema says not nullable, but a file written elsewhere may hold nulls
+            first = int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
+            raise KvbedError(f"row {row0 + first}: {name} is null", where=str(self.path))
+        idx = chunk.indices.to_numpy()
+        mapping, unknown = self._code_map(name, chunk.dictionary)
+        if unknown:
+            bad = np.flatnonzero(mapping[idx] < 0)
             if len(bad):
-                row = row0 + int(bad[0])
+                values = chunk.dictionary.to_pylist()
                 raise KvbedError(
-                    f"row {row}: unknown {name} {values[int(indices[bad[0]])]!r} "
+                    f"row {row0 + int(bad[0])}: unknown {name} {values[int(idx[bad[0]])]!r} "
                     f"(known: {', '.join(ENUM_COLUMNS[name])})",
                     where=str(self.path),
                 )
-            return mapping
-        codes = self._string_codes[name]
-        table_list = self.tenants if name == "tenant" else self.scopes
-        mapping = np.empty(len(values), dtype=np.int64)
-        for i, v in enumerate(values):
-            if v not in codes:
-                codes[v] = len(table_list)
-                table_list.append(v)
-            mapping[i] = codes[v]
-        return mapping
+        if mapping is None:
+            return idx.astype(dt)  # a copy: callers get writable arrays
+        return mapping[idx]
 
     def iter_batches(self, columns: list[str] | tuple[str, ...] | None = None) -> Iterator[EventBatch]:
         """Yield one EventBatch per row group (bounded memory)."""
         cols = list(columns or COLUMN_NAMES)
+        coded = [name for name in cols if name in ENUM_COLUMNS or name in STRING_COLUMNS]
         row0 = 0
         for rg in range(self.num_row_groups):
             try:
@@ -363,18 +379,19 @@ class TraceReader:
             out = EventBatch()
             for name in cols:
                 chunked = table.column(name)
-                _, dt = COLUMNS[name]
-                if name in ENUM_COLUMNS or name in STRING_COLUMNS:
+                if name in coded:
+                    chunks = chunked.chunks
+                    if len(chunks) == 1:
+                        out[name] = self._decode_codes(name, chunks[0], row0)
+                        continue
                     parts = []
                     offset = row0
-                    for chunk in chunked.chunks:
-                        idx = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-                        mapping = self._code_map(name, chunk.dictionary, offset, idx)
-                        parts.append(mapping[idx].astype(dt) if len(idx) else np.zeros(0, dt))
+                    for chunk in chunks:
+                        parts.append(self._decode_codes(name, chunk, offset))
                         offset += len(chunk)
-                    out[name] = np.concatenate(parts) if parts else np.zeros(0, dt)
+                    out[name] = np.concatenate(parts) if parts else np.zeros(0, COLUMNS[name][1])
                 else:
-                    out[name] = chunked.to_numpy().astype(dt, copy=False)
+                    out[name] = chunked.to_numpy().astype(COLUMNS[name][1], copy=False)
             row0 += table.num_rows
             yield out
 

@@ -35,6 +35,7 @@ from kvreplay.requests import RequestTrace
 from kvreplay.tiers.chunking import hash_combine
 from kvreplay.tiers.sim import TierSimParams
 from testbed.errors import KvbedError
+from testbed.params import name_value_pairs, nonneg_number
 
 PROFILES = ("chat", "rag", "agent", "batch")
 GiB = 1 << 30
@@ -89,19 +90,12 @@ class SynthParams:
         return self
 
     def weights(self) -> dict[str, float]:
+        what = "synth profile_weights"
         out = {}
-        for item in filter(None, (s.strip() for s in self.profile_weights.split(","))):
-            if "=" not in item:
-                raise KvbedError(f"synth profile_weights: expected profile=weight, got {item!r}")
-            k, v = (s.strip() for s in item.split("=", 1))
+        for k, v in name_value_pairs(self.profile_weights, what, "profile=weight"):
             if k not in PROFILES:
-                raise KvbedError(f"synth profile_weights: unknown profile {k!r} (choose from: {', '.join(PROFILES)})")
-            try:
-                out[k] = float(v)
-            except ValueError:
-                raise KvbedError(f"synth profile_weights: {k}={v!r} is not a number") from None
-            if out[k] < 0:
-                raise KvbedError(f"synth profile_weights: {k} must be >= 0")
+                raise KvbedError(f"{what}: unknown profile {k!r} (choose from: {', '.join(PROFILES)})")
+            out[k] = nonneg_number(what, k, v)
         if not out or sum(out.values()) <= 0:
             raise KvbedError("synth profile_weights: at least one profile needs a positive weight")
         return out
@@ -172,31 +166,36 @@ def synthesize(p: SynthParams, tier: TierSimParams = SYNTH_TIER_DEFAULTS) -> Req
         now = float(starts[s])
         base = [sys_prompt[t]]
         emit = lambda segs, out, turn: g.reqs.append((now, s, turn, t, list(segs), out))  # noqa: E731
+
+        def ask(hist, msg_tokens, out_tokens, think_s, turn):
+            """A user message on top of ``hist`` and the model's answer: emits the request and returns
+            the history after the answer, or None if the prompt would exceed the limit."""
+            nonlocal now
+            msg = (g.uid(), g.length(msg_tokens))
+            out = g.length(out_tokens)
+            prompt = hist + [msg]
+            if sum(n for _, n in prompt) > limit:
+                return None
+            emit(prompt, out, turn)
+            hist = prompt + [(g.uid(), out)]
+            now += g.gap(prompt, out, think_s)
+            return hist
+
         if prof == "chat":
             hist = list(base)
             for turn in range(g.geometric(p.chat_turns)):
-                msg = (g.uid(), g.length(p.chat_user_tokens))
-                out = g.length(p.chat_output_tokens)
-                prompt = hist + [msg]
-                if sum(n for _, n in prompt) > limit:
+                hist = ask(hist, p.chat_user_tokens, p.chat_output_tokens, p.chat_think_s, turn)
+                if hist is None:
                     break
-                emit(prompt, out, turn)
-                hist = prompt + [(g.uid(), out)]
-                now += g.gap(prompt, out, p.chat_think_s)
         elif prof == "rag":
             k = int(rng.integers(1, max(1, p.rag_docs_max) + 1))
             docs = [int(doc_perm[d]) for d in rng.choice(p.rag_corpus_docs, size=k, replace=False, p=doc_p)]
             hist = base + [(corpus_uid + d, doc_len[d]) for d in docs]
             turn = 0
             while True:
-                q = (g.uid(), g.length(p.rag_question_tokens))
-                out = g.length(p.rag_output_tokens)
-                prompt = hist + [q]
-                if sum(n for _, n in prompt) > limit:
+                hist = ask(hist, p.rag_question_tokens, p.rag_output_tokens, p.rag_think_s, turn)
+                if hist is None:
                     break
-                emit(prompt, out, turn)
-                hist = prompt + [(g.uid(), out)]
-                now += g.gap(prompt, out, p.rag_think_s)
                 turn += 1
                 if rng.random() >= p.rag_followup_prob:
                     break

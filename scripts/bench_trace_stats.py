@@ -72,6 +72,18 @@ def make_trace(path: Path, events: int) -> None:
             k += 1
 
 
+def tiled_trace(workdir: Path, events: int) -> Path:
+    """The tiled trace of ``events`` events in ``workdir``, made on first use."""
+    sys.path.insert(0, str(ROOT))
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"tiled-{events}.parquet"
+    if not path.exists():
+        t = time.perf_counter()
+        make_trace(path, events)
+        print(f"made {path} ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
+    return path
+
+
 def measure(mode: str, path: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], check=True, capture_output=True, text=True,
                          cwd=ROOT)
@@ -84,13 +96,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "kvbed-bench-stats")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    path = args.workdir / f"tiled-{args.events}.parquet"
-    if not path.exists():
-        t = time.perf_counter()
-        make_trace(path, args.events)
-        print(f"made {path} ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
+    path = tiled_trace(args.workdir, args.events)
     measure("stats", path)  # warm the numba cache
     for mode in ("stats", "validate"):
         runs = [measure(mode, path) for _ in range(args.runs)]

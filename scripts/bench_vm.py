@@ -8,7 +8,11 @@ Figures (medians of ``--runs`` repetitions; the machine's 2 cores are shared, so
   - guest replay throughput on an FDP namespace, driven through VmTarget exactly as a replay would:
     512 KiB sequential writes, 4 KiB random writes, 4 KiB random reads (MB/s, commands/s), and a
     KV-lifecycle-like mixed stream (writes with placement ids, deallocates, reads);
-  - CXL devdax object stores/loads (64 KiB objects: every access is emulated MMIO).
+  - CXL devdax object stores/loads (64 KiB objects: every access is emulated MMIO);
+  - ``kvbed replay --target vm`` end to end on a ``kvbed trace synth`` lifecycle trace (FDP, oracle
+    hints, an ephemeral VM sized from the trace): trace events/s, and the guest's MB/s, commands/s and
+    ops/s while the replay's ops go through it (``runtime.json``'s ``vm`` figures), beside the same
+    trace replayed on the embedded model.
 
 Host-side wall time is measured around ``VmTarget.submit`` (wire, agent, ioctl, device); the
 guest's own per-op latency sum is reported beside it as ``device_s``.
@@ -16,6 +20,7 @@ guest's own per-op latency sum is reported beside it as ``device_s``.
     python scripts/bench_vm.py              # 3 runs, all figures (~3-4 min warm; + image build if cold)
     python scripts/bench_vm.py --runs 5
     python scripts/bench_vm.py --quick      # 1 run, fewer devices
+    python scripts/bench_vm.py --only replay
 """
 
 from __future__ import annotations
@@ -160,10 +165,60 @@ def bench_cxl(runs: int) -> dict:
         vm.down()
 
 
+def synth_trace(path: Path, quick: bool) -> Path:
+    """A small but realistic lifecycle trace: two tenants, 32 MiB objects (256 tokens of llama-3-8b),
+    tiers small enough that the SSD tier writes, reads and evicts within a minute of sessions."""
+    from testbed.cli import main as kvbed
+
+    if not path.exists():
+        try:
+            kvbed(["trace", "synth", "-o", str(path), "--duration-s", "30" if quick else "90", "--sessions-per-s",
+                   "0.5", "--tenants", "2", "--gpu-bytes", "512MiB", "--cpu-bytes", "1GiB", "--ssd-bytes", "3GiB"])
+        except SystemExit as exc:
+            if exc.code:
+                raise
+    return path
+
+
+def bench_replay(runs: int, quick: bool, workdir: Path) -> dict:
+    from kvreplay.replay.engine import Replay, build_config
+    from testbed.vm.replay import build_vm_config, replay_vm
+
+    trace = synth_trace(workdir / "synth.parquet", quick)
+    params = ["ru_bytes=64MiB"]
+    emb = Replay(build_config(str(trace), "fdp", "oracle", params)).run()
+    rows = emb["result"]["jobs"][0]["events"]["rows_replayed"]
+    print(f"  trace: {rows:,} events, {emb['result']['jobs'][0]['user_bytes_written'] / 2**30:.2f} GiB written to "
+          f"the SSD tier; embedded replay {emb['runtime']['replay_s']:.2f} s", flush=True)
+    out: dict = {"trace_rows": rows, "user_bytes_written": emb["result"]["jobs"][0]["user_bytes_written"],
+                 "embedded_replay_s": round(emb["runtime"]["replay_s"], 3)}
+    per: dict[str, list] = {k: [] for k in ("events_per_s", "mb_per_s", "commands_per_s", "ops_per_s", "up_s",
+                                            "replay_s", "wall_s")}
+    for _ in range(runs):
+        parts = replay_vm(build_vm_config(str(trace), "fdp", "oracle", params))
+        rt, rv = parts["runtime"], parts["runtime"]["vm"]
+        assert parts["result"]["vm"]["cross_checks_ok"], parts["result"]["vm"]["cross_checks"]
+        per["events_per_s"].append(rows / rt["replay_s"])
+        per["replay_s"].append(rt["replay_s"])
+        per["wall_s"].append(rt["wall_s"])
+        per["up_s"].append(rv["up_s"])
+        for k in ("mb_per_s", "commands_per_s", "ops_per_s"):
+            per[k].append(rv[k])
+        print(f"  run: replay {rt['replay_s']:.2f} s ({rows / rt['replay_s']:,.0f} events/s), VM up {rv['up_s']:.1f} s, "
+              f"guest {rv['mb_per_s']:.0f} MB/s, {rv['commands_per_s']:.0f} commands/s, {rv['ops_per_s']:.0f} ops/s",
+              flush=True)
+    out.update({k: round(med(v), 2) for k, v in per.items()})
+    out["runs_events_per_s"] = [round(x) for x in per["events_per_s"]]
+    print(f"  replay through the VM: {out['events_per_s']:,.0f} events/s; guest {out['mb_per_s']:.0f} MB/s, "
+          f"{out['commands_per_s']:.0f} commands/s (median of {runs}); wall {out['wall_s']:.1f} s incl. boot", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="one run, conv/fdp boots only, smaller streams")
+    ap.add_argument("--only", choices=["boot", "io", "cxl", "replay"], default=None, help="one part only")
     ap.add_argument("--out", default="results/bench_vm.json")
     a = ap.parse_args()
     runs = 1 if a.quick else a.runs
@@ -172,10 +227,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvbed-bench-vms-") as d:
         if "KVBED_STATE_DIR" not in os.environ:
             os.environ["KVBED_STATE_DIR"] = d  # the bench's VMs stay apart from the user's
-        run(a, runs)
+        run(a, runs, Path(d))
 
 
-def run(a, runs: int) -> None:
+def run(a, runs: int, workdir: Path) -> None:
     t0 = time.monotonic()
     cold = image.find() is None
     img = image.ensure(log=lambda s: print(f"  {s}", flush=True))
@@ -187,13 +242,19 @@ def run(a, runs: int) -> None:
     result = {"runs": runs, "image": img.hash, "image_build_s": round(build_s, 1) if cold else None,
               "loadavg_1m_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     print(f"host load average {result['loadavg_1m_start']} on {os.cpu_count()} cores", flush=True)
-    print("boot (QEMU start -> agent answers):", flush=True)
-    result["boot"] = bench_boot(["conv", "fdp"] if a.quick else list(DEVICES), runs)
-    print("guest replay throughput (FDP namespace, via VmTarget):", flush=True)
-    result["io"] = bench_io(runs, a.quick)
-    if not a.quick:
+    want = lambda part: a.only in (None, part)  # noqa: E731
+    if want("boot"):
+        print("boot (QEMU start -> agent answers):", flush=True)
+        result["boot"] = bench_boot(["conv", "fdp"] if a.quick else list(DEVICES), runs)
+    if want("io"):
+        print("guest replay throughput (FDP namespace, via VmTarget):", flush=True)
+        result["io"] = bench_io(runs, a.quick)
+    if want("cxl") and not a.quick:
         print("CXL devdax objects:", flush=True)
         result["cxl"] = bench_cxl(runs)
+    if want("replay"):
+        print("kvbed replay --target vm (FDP, oracle hints, ephemeral VM):", flush=True)
+        result["replay"] = bench_replay(runs, a.quick, workdir)
     result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
     write_json(a.out, result)
     print(f"wrote {a.out}")

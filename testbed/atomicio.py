@@ -5,19 +5,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def temp_path_for(final: Path, mode: int = 0o666) -> Path:
+    """A new empty hidden file beside ``final`` (its directory made if needed) to write into and
+    rename. ``mode`` as for ``os.open`` (the umask applies): 0o666 gives the file the permissions a
+    plain create would, 0o600 keeps it private (what ``tempfile.mkstemp`` does)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))
+            return tmp
+        except FileExistsError:
+            continue
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place only on success."""
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = temp_path_for(final, 0o600)
     try:
         yield tmp_path
         os.replace(tmp_path, final)
@@ -29,10 +40,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=json_default) + "\n")
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """``json.dumps(default=...)`` for numpy scalars and arrays and paths."""
     import numpy as np
 
     if isinstance(o, np.integer):
@@ -44,3 +56,6 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+_json_default = json_default  # the name testbed.results imports

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 from testbed.errors import KvbedError
 
@@ -123,6 +123,27 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
             raise KvbedError(f"{what}: unknown parameter {k!r} (known: {', '.join(known)})")
         out[owners[0]].append(f"{k}={v}")
     return out
+
+
+def name_value_pairs(text: str, what: str, expect: str) -> Iterator[tuple[str, str]]:
+    """The stripped (name, value) pairs, in order, of a parameter that holds per-name settings as
+    ``a=1, b=2`` (e.g. per-tenant TTLs); ``expect`` names the form in the error (``tenant=seconds``)."""
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        if "=" not in item:
+            raise KvbedError(f"{what}: expected {expect}, got {item!r}")
+        name, value = (s.strip() for s in item.split("=", 1))
+        yield name, value
+
+
+def nonneg_number(what: str, name: str, text: str, noun: str = "a number") -> float:
+    """The value of ``name=text`` in the parameter ``what``, a number >= 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise KvbedError(f"{what}: {name}={text!r} is not {noun}") from None
+    if x < 0:
+        raise KvbedError(f"{what}: {name} must be >= 0")
+    return x
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

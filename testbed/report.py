@@ -6,30 +6,18 @@ from typing import Any
 
 from rich.table import Table
 
+from testbed import humanize
 from testbed.results import Run
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+    """Three significant digits: 1.5 KiB, 21.3 GiB, 512 MiB."""
+    return humanize.fmt_bytes(n, sig3=True)
 
 
 def fmt_ns(ns: float | int | None) -> str:
     """Three significant digits: 43.8 ms, 5.00 s, 531 ms."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, div in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= div:
-            v = ns / div
-            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
-    return f"{ns:.0f} ns"
+    return humanize.fmt_ns(ns, sig3=True)
 
 
 def _pct(entry: dict[str, Any] | None, p: str) -> int | None:

@@ -14,6 +14,9 @@ latency.parquet     the non-empty buckets of every latency histogram
                     (series, low_ns, high_ns, count): exact CDFs for plots
 runtime.json        wall-clock figures (the only file that differs between
                     two runs with the same config and seed)
+vm.json             ``--target vm`` only: the VM, the device's log pages
+                    before and after, the guest's latency histograms and
+                    counters (testbed.vm.replay)
 *.png               plots made from the files above (testbed.plots)
 =================== ==========================================================
 
@@ -127,6 +130,10 @@ def write_run(out_dir: str | os.PathLike, parts: dict[str, Any]) -> Path:
         pq.write_table(timeseries_table(parts["timeseries"]), tmp / "timeseries.parquet", compression="zstd")
         pq.write_table(latency_table(parts["latency"]), tmp / "latency.parquet", compression="zstd")
         (tmp / "runtime.json").write_text(_dumps(_clean(parts.get("runtime", {}))))
+        for name, obj in (parts.get("files") or {}).items():  # extra JSON files a target collected
+            if Path(name).name != name or not name.endswith(".json") or name in RUN_FILES + ("runtime.json",):
+                raise ValueError(f"extra run file {name!r}: a plain *.json name other than the standard files")
+            (tmp / name).write_text(_dumps(_clean(obj)))
         if out.exists():
             old = out.with_name(f".{out.name}.old.{os.getpid()}")
             os.replace(out, old)

@@ -15,36 +15,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
+from cli_helpers import kvbed, ok, one_line_error
 from devicemodels.histogram import FIO_PERCENTILES, percentile_key
 from kvreplay import schema as S
 from kvreplay.replay.engine import Replay, build_config
 from replay_fixtures import two_lifetimes
-from testbed.cli import cli
 from testbed.results import load_run, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIO_KEYS = [percentile_key(p) for p in FIO_PERCENTILES]
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
-
-
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def ok(res):
-    assert res.exit_code == 0, (res.exit_code, res.output, res.stderr)
-    return res
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.exit_code, res.output, res.stderr)
-    err = res.stderr.strip()
-    assert err.startswith("kvbed: error: ") and "\n" not in err, err
-    for f in fragments:
-        assert f in err, (f, err)
-    assert "Traceback" not in res.output + res.stderr
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from cli_helpers import kvbed
 from replay_fixtures import two_lifetimes
-from testbed.cli import cli
 from testbed.plots import make_run_plots
 from testbed.results import load_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,56 @@ def test_unknown_enum_names_the_row(tmp_path):
         TraceReader(path).read_all()
 
 
+def _dict_col(values, dictionary, typ):
+    idx = [None if v is None else dictionary.index(v) for v in values]
+    return pa.DictionaryArray.from_arrays(pa.array(idx, typ.index_type), pa.array(dictionary, pa.string()))
+
+
+def test_any_dictionary_order_decodes_to_the_same_codes(tmp_path):
+    """Files from other writers: per row group, op and tenant dictionaries in another order than the
+    code tables (or equal to them, where the reader skips the mapping) decode to the same values."""
+    ops = ["create", "persist", "load", "delete", "create", "hit"]
+    tenants = [["a", "b", "a", "b", "a", "b"], ["b", "c", "a", "c", "b", "a"], ["a", "b", "b", "a", "a", "b"]]
+    op_dicts = [list(OPS), list(OPS)[::-1], list(OPS)]
+    tenant_dicts = [["a", "b"], ["c", "a", "b"], ["a", "b"]]
+    path = tmp_path / "d.parquet"
+    meta = {META_KEY: TraceMeta().to_json().encode()}
+    with pq.ParquetWriter(path, ARROW_SCHEMA.with_metadata(meta)) as w:
+        for g in range(3):
+            b = batch(6, t0=6 * g)
+            cols = {n: pa.array(b[n], ARROW_SCHEMA.field(n).type) for n in ARROW_SCHEMA.names
+                    if not pa.types.is_dictionary(ARROW_SCHEMA.field(n).type)}
+            typ = {n: ARROW_SCHEMA.field(n).type for n in ("op", "tier", "kind", "tenant", "scope")}
+            cols["op"] = _dict_col(ops, op_dicts[g], typ["op"])
+            cols["tenant"] = _dict_col(tenants[g], tenant_dicts[g], typ["tenant"])
+            for n, v in (("tier", "ssd"), ("kind", "exact"), ("scope", "default")):
+                cols[n] = _dict_col([v] * 6, [v], typ[n])
+            w.write_table(pa.table(cols, schema=ARROW_SCHEMA.with_metadata(meta)))
+    r = TraceReader(path)
+    got = list(r.iter_batches())
+    assert [b.n for b in got] == [6, 6, 6]
+    for g, b in enumerate(got):
+        assert [OPS[c] for c in b["op"]] == ops
+        assert [r.tenants[c] for c in b["tenant"]] == tenants[g]
+        assert b["op"].dtype == np.int8 and b["op"].flags.writeable
+        assert set(b["tier"].tolist()) == {TIERS.index("ssd")}
+    assert r.tenants == ["a", "b", "c"]  # codes in order of first appearance
+
+
+def test_null_enum_names_the_row(tmp_path):
+    b = batch(6)
+    cols = {n: pa.array(b[n], ARROW_SCHEMA.field(n).type) for n in ARROW_SCHEMA.names
+            if not pa.types.is_dictionary(ARROW_SCHEMA.field(n).type)}
+    for n, v in (("tier", "gpu"), ("kind", "exact"), ("tenant", "t"), ("scope", "t")):
+        cols[n] = _dict_col([v] * 6, [v], ARROW_SCHEMA.field(n).type)
+    cols["op"] = _dict_col(["create", "create", None, "create", "create", "create"], list(OPS),
+                           ARROW_SCHEMA.field("op").type)
+    nullable = pa.schema([pa.field(n, ARROW_SCHEMA.field(n).type) for n in ARROW_SCHEMA.names])
+    path = _raw(tmp_path, json.loads(TraceMeta().to_json()), pa.table(cols, schema=nullable))
+    with pytest.raises(KvbedError, match=r"row 2: op is null"):
+        TraceReader(path).read_all()
+
+
 def test_enums_are_the_documented_ones():
     assert OPS == ("create", "commit", "persist", "load", "hit", "transform", "invalidate", "evict", "delete", "recover")
     assert TIERS == ("gpu", "cpu", "cxl", "ssd", "remote")

@@ -7,24 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from testbed.cli import cli
-
+from cli_helpers import kvbed, one_line_error
 from test_importers import MC_OK, MOONCAKE, needs_mooncake, write_lines
-
-
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def assert_one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.exit_code, res.output, res.stderr)
-    err = res.stderr.strip()
-    assert err.startswith("kvbed: error: ") and "\n" not in err, err
-    for f in fragments:
-        assert f in err, (f, err)
-    assert "Traceback" not in res.output + res.stderr
 
 
 def test_synth_validate_stats(tmp_path):
@@ -104,14 +89,14 @@ def test_import_bad_lines(tmp_path, line, message):
     src = tmp_path / "bad.jsonl"
     src.write_text(json.dumps(MC_OK[1]) + "\n" + line + "\n")
     out = tmp_path / "out.parquet"
-    assert_one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out), str(src), message)
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out), str(src), message)
     assert list(tmp_path.iterdir()) == [src]
 
 
 def test_import_non_monotonic_time(tmp_path):
     src = write_lines(tmp_path / "bad.jsonl", [MC_OK[1], MC_OK[0]])
     out = tmp_path / "out.parquet"
-    assert_one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out), str(src),
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out), str(src),
                           "line 2: timestamp goes backwards")
     assert not out.exists()
 
@@ -119,12 +104,12 @@ def test_import_non_monotonic_time(tmp_path):
 def test_bad_options(tmp_path):
     src = write_lines(tmp_path / "m.jsonl", MC_OK)
     out = tmp_path / "o.parquet"
-    assert_one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--policy", "arc"),
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--policy", "arc"),
                           "unknown eviction policy 'arc'")
-    assert_one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--ssd-bytes", "lots"),
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--ssd-bytes", "lots"),
                           "ssd_bytes: expected a number")
-    assert_one_line_error(kvbed("trace", "synth", "-o", out, "--param", "nonsense=1"), "unknown parameter 'nonsense'")
-    assert_one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--model", "gpt-9"), "unknown model")
+    one_line_error(kvbed("trace", "synth", "-o", out, "--param", "nonsense=1"), "unknown parameter 'nonsense'")
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--model", "gpt-9"), "unknown model")
     assert not out.exists()
 
 
@@ -165,7 +150,7 @@ def _write_bad_trace(tmp_path, what: str) -> Path:
 @pytest.mark.parametrize("command", ["validate", "stats"])
 def test_bad_trace_files(tmp_path, what, message, command):
     bad = _write_bad_trace(tmp_path, what)
-    assert_one_line_error(kvbed("trace", command, bad), str(bad), message)
+    one_line_error(kvbed("trace", command, bad), str(bad), message)
 
 
 def test_validate_reports_violations_with_rows(tmp_path):

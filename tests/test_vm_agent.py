@@ -284,3 +284,29 @@ def test_executor_module_has_no_host_dependencies():
             else:
                 continue
             assert set(names) <= allowed, f"{f.name} imports {names}"
+
+
+def test_ruh_status_asks_for_exactly_the_descriptors_there_are():
+    """QEMU refuses an SGL longer than its transfer (status 0xf) and the 6.12 kernel maps passthrough buffers
+    spanning two non-contiguous pages with an SGL of the whole data_len: so RUH status reads the 16-byte
+    header, then exactly 16 + 32 x nruhsd bytes, never a generous buffer."""
+    import struct
+
+    from kvreplay.agent import nvme as nv
+
+    dev = object.__new__(nv.NvmeDevice)
+    dev.buf = DmaBuffer(8192)
+    calls = []
+    descs = [(0, 0, 0, 4096), (1, 1, 0, 2560), (2, 2, 0, 512)]
+
+    def io(opcode, *, addr=0, data_len=0, cdw10=0, cdw11=0, **kw):
+        calls.append((opcode, data_len, cdw10, cdw11))
+        full = struct.pack("<14xH", len(descs)) + b"".join(struct.pack("<HHIQ16x", *d) for d in descs)
+        dev.buf.mem[:data_len] = full[:data_len]  # the device transfers at most what it has
+        return 0
+
+    dev.io = io
+    st = dev.ruh_status()
+    assert [(c[1], c[3]) for c in calls] == [(16, 3), (16 + 32 * 3, (16 + 32 * 3) // 4 - 1)]
+    assert all(c[0] == nv.NVME_CMD_IO_MGMT_RECV and c[2] == 1 for c in calls)
+    assert [(s["pid"], s["ruamw_lbas"]) for s in st] == [(0, 4096), (1, 2560), (2, 512)]

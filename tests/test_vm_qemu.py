@@ -1,18 +1,23 @@
 """Real VMs under QEMU (TCG here: this host's KVM is para-virtual and cannot run a standard guest).
 
 Boots fdp, zns, cxl and conv guests from the cached image (built here if the
-cache is cold), drives op streams through the guest agent and checks them
-against the device's own log pages; then breaks VMs on purpose (QEMU killed,
-guest panic, agent stalled, VM frozen, port taken) and checks that each gives a
-one-line error within a bounded time, keeps the completed part and leaves no
-QEMU behind. Needs qemu-system-x86_64 10 and root for the image build
-(scripts/setup_host.sh); skipped without QEMU unless CI=true or
-KVBED_REQUIRE_VM=1, where a missing QEMU fails.
+cache is cold). `kvbed replay --target vm` replays small lifecycle traces
+through the guest agent on each of fdp, zns and cxl (ephemeral VMs sized from
+the trace, and a named VM from `kvbed up`) and the run's cross-checks against
+the device's own log pages must hold: FDP statistics vs bytes written, RUH
+status per placement id, zone write pointers vs the layout, SMART. Hand-built
+op streams check what a replay does not reach (RUH update, data round trips on
+a file-backed namespace, ZNS limits). Then VMs are broken on purpose (QEMU
+killed, guest panic, agent stalled, VM frozen, port taken), below VmTarget and
+through `kvbed replay`, and each must give a one-line error within a bounded
+time, keep the completed part and leave no QEMU behind. Needs
+qemu-system-x86_64 10 and root for the image build (scripts/setup_host.sh);
+skipped without QEMU unless CI=true or KVBED_REQUIRE_VM=1, where a missing QEMU
+fails.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import shutil
@@ -30,6 +35,7 @@ from click.testing import CliRunner
 
 from devicemodels.base import (OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                                OP_ZONE_RESET, op_batch)
+from replay_fixtures import two_lifetimes
 from testbed.cli import cli
 from testbed.errors import KvbedError
 from testbed.vm import checks, image, state
@@ -90,35 +96,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 # --- op streams ---------------------------------------------------------------------------------------------------
-def _trace_stream(tmp: Path, nruh: int):
-    """Ops the embedded replayer's layout makes from a small synthetic lifecycle trace (oracle hints),
-    and the flash geometry it sized; None if the trace tools are not usable in this checkout."""
-    try:
-        from kvreplay.replay.engine import Replay, Segment, build_config
-
-        out = tmp / "tiny.parquet"
-        r = subprocess.run([sys.executable, "-c", "from testbed.cli import main; main()", "trace", "synth", "-o", str(out), "--duration-s", "10", "--sessions-per-s", "0.3",
-                            "--tenants", "2", "--tokens-per-object", "16", "--model", "qwen2.5-7b", "--kv-dtype", "fp8",
-                            "--gpu-bytes", "8MiB", "--cpu-bytes", "16MiB", "--ssd-bytes", "48MiB"],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            return None, f"trace synth failed: {r.stderr.strip()[-200:]}"
-        cfg = build_config(str(out), "fdp", "oracle", [f"nruh={nruh}"])
-        rep = Replay(cfg)
-        rep.stage_s = collections.defaultdict(float)  # timing buckets run() would set up
-        rep.prepare()
-        segs = [s.ops for s in rep.op_segments() if isinstance(s, Segment)]
-        ops = {k: np.concatenate([s[k] for s in segs]) for k in ("op", "lba", "npages", "pid", "arrival_ns")}
-        fl = cfg.device_params["flash"]
-        if not (fl.page_bytes <= 4096 or fl.page_bytes % 4096 == 0) or fl.logical_bytes > 4 << 30:
-            return None, f"sized geometry unusable here (page {fl.page_bytes}, {fl.logical_bytes} bytes)"
-        # RUs of 16 pages: large enough that per-handle RUAMW differ, small enough that the stream swaps RUs
-        return (ops, [f"logical_bytes={fl.logical_bytes}", f"page_bytes={fl.page_bytes}",
-                      f"ru_bytes={16 * fl.page_bytes}", f"nruh={nruh}"]), "trace"
-    except Exception as exc:  # the replayer is optional for this suite
-        return None, f"trace tools unavailable: {type(exc).__name__}: {exc}"
-
-
 def _lifecycle_stream(nruh: int, logical_pages: int, ru_pages: int, n_objects: int = 800, seed: int = 5):
     """A KV-object-like stream without the trace tools: objects of 1..ru_pages/2 pages, each with a
     lifetime class = placement id, written in a circular log; when the log wraps, the oldest objects
@@ -163,23 +140,17 @@ def _concat(a: dict, b: dict) -> dict:
 
 
 # --- devices ------------------------------------------------------------------------------------------------------
-def test_fdp_stream_cross_checks(vmenv, tmp_path):
+def test_fdp_stream_cross_checks_and_round_trip(vmenv, tmp_path):
+    """Below the replay: a hand-built lifecycle stream with RUH updates on a file-backed namespace, written
+    with stamped data that every read must return (the replay does neither)."""
     nruh = 4
-    got, source = _trace_stream(tmp_path, nruh)
-    if got is None:
-        print(f"FDP stream: hand-built lifecycle stream ({source})")
-        ops, params = None, ["logical_bytes=256MiB", "ru_bytes=1MiB", f"nruh={nruh}"]
-    else:
-        ops, params = got
-        print(f"FDP stream: {len(ops['op'])} ops from a synthetic trace + hand-built tail; params {params}")
-    vm = Vm.up("fdp", overrides=params, log=print)
+    vm = Vm.up("fdp", overrides=["logical_bytes=256MiB", "ru_bytes=1MiB", f"nruh={nruh}", "backing=file"], log=print)
     try:
         with VmTarget(vm, stamp=True, crc=True, batch_ops=256, inflight=2) as tg:
             lba_bytes = int(tg.info["lba_bytes"])
             ru_bytes = int(tg.logs(["fdp_configs"])["fdp_configs"]["configs"][0]["ru_bytes"])
             ru_pages = ru_bytes // tg.page_bytes
-            if ops is None:
-                ops = _lifecycle_stream(nruh, tg.logical_pages // 2, ru_pages)
+            ops = _lifecycle_stream(nruh, tg.logical_pages // 2, ru_pages)
             tail = _fdp_tail(nruh, ru_pages, tg.logical_pages, int(ops["arrival_ns"][-1]) + 1)
             stream = _concat(ops, tail)
             tags = np.arange(len(stream["op"]), dtype=np.int64) + 1
@@ -205,6 +176,8 @@ def test_fdp_stream_cross_checks(vmenv, tmp_path):
             checks.fdp_predict(stream["op"], stream["npages"].astype(np.int64), np.zeros(len(c), np.int64), ok, one,
                                ru_bytes // lba_bytes, int(tg.info["max_cmd_lbas"]), tg.page_bytes // lba_bytes)
             assert list(one) != observed
+            assert res["ruh_available_media_writes"]["single_handle_would_give"] == list(one)
+            assert res["ruh_available_media_writes"]["distinguishes_placement_ids"]
             assert res["fdp_media_bytes_written"]["expected"] > res["fdp_host_bytes_written"]["expected"]  # RU swaps
             rt = checks.check_roundtrip(stream, tags, c, tg.page_bytes, lba_bytes)
             assert rt["ok"], rt
@@ -313,6 +286,128 @@ def test_cli_two_vms_at_once(vmenv):
         r.invoke(cli, ["down", "--all"])
 
 
+# --- kvbed replay --target vm ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """Lifecycle traces (create/commit in GPU, persist to the SSD tier, loads, evictions; see replay_fixtures):
+    small: 400 objects of 3 MiB, one a millisecond, 60% dying within ~50 ms, the rest within ~400 ms
+      (1.2 GiB written, peak live ~0.9 GiB);
+    tiny: 120 objects of 256 KiB for CXL, whose every access is emulated MMIO (~40 MB/s under TCG);
+    long: 3000 objects of 4 MiB (12 GiB written, ~20 s through a TCG guest): faults land mid-run."""
+    d = tmp_path_factory.mktemp("vmtraces")
+    return {
+        "small": two_lifetimes(d / "small.parquet", n_objects=400, obj_bytes=3 * MiB, long_life_ns=400_000_000),
+        "tiny": two_lifetimes(d / "tiny.parquet", n_objects=120, obj_bytes=256 << 10, short_life_ns=20_000_000,
+                              long_life_ns=100_000_000),
+        "long": two_lifetimes(d / "long.parquet", n_objects=3000, obj_bytes=4 * MiB, row_group_rows=256),
+    }
+
+
+def _replay(*args) -> tuple:
+    t0 = time.monotonic()
+    res = CliRunner().invoke(cli, ["replay", *[str(a) for a in args], "-q", "--no-plots"])
+    return res, time.monotonic() - t0
+
+
+def _result(run_dir: Path) -> dict:
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _checks_hold(r: dict) -> dict:
+    cc = {c["check"]: c for c in r["vm"]["cross_checks"]}
+    for c in cc.values():
+        print(f"  {c['check']}: {c['ok']} (expected {c['expected']}, observed {c['observed']})")
+    assert cc and all(c["ok"] for c in cc.values()) and r["vm"]["cross_checks_ok"] is True, cc
+    return cc
+
+
+def test_replay_fdp_through_an_ephemeral_vm(vmenv, traces, tmp_path):
+    """`kvbed replay --target vm --device fdp --hints oracle`: a VM sized from the trace (null-co namespace),
+    the hints' placement ids on the device's handles, and every figure's source in result.json."""
+    out = tmp_path / "fdp"
+    # RUs of 16 MiB (16 mapping units): large enough that the handles' RUAMW tell the placement ids apart
+    res, took = _replay(traces["small"], "--target", "vm", "--device", "fdp", "--hints", "oracle", "-o", out,
+                        "--param", "ru_bytes=16MiB")
+    assert res.exit_code == 0, res.output
+    r = _result(out)
+    rt = json.loads((out / "runtime.json").read_text())["vm"]
+    print(f"fdp replay: {took:.1f} s in all, VM up {rt['up_s']:.1f} s, {rt['ops']} ops / {rt['commands']} commands "
+          f"in {rt['submit_s']:.2f} s ({rt['mb_per_s']:.0f} MB/s, {rt['commands_per_s']:.0f} commands/s)")
+    cc = _checks_hold(r)
+    assert {"fdp_host_bytes_written", "fdp_media_bytes_written", "ruh_available_media_writes", "bytes_by_placement_id",
+            "smart_host_write_commands", "smart_data_units_written", "agent_bytes_written",
+            "model_host_bytes_written"} <= set(cc)
+    job, vm = r["jobs"][0], r["vm"]
+    assert r["incomplete"] is False and r["target"]["ephemeral"] and r["target"]["backing"] == "null"
+    # placement ids reached the device: the oracle's 8 classes wrote through 8 handles, the device's RUH
+    # status moved per handle exactly as predicted from those ids, and one handle would have left another
+    ruh = vm["device_log"]["ruh_status"]
+    assert len(ruh) == 8 and sum(h["bytes_written"] > 0 for h in ruh) >= 6, ruh
+    assert cc["ruh_available_media_writes"]["distinguishes_placement_ids"]
+    assert [h["ruamw_lbas_after"] for h in ruh] == cc["ruh_available_media_writes"]["observed"]
+    # where figures come from: host bytes from the FDP statistics log, WAF/GC/erases from the model
+    assert r["sources"]["host_bytes_written"] == "device log" and r["sources"]["waf"] == "model"
+    assert job["host_bytes_written"] == vm["device_log"]["fdp_stats"]["host_bytes_written"] == 400 * 3 * MiB
+    assert vm["model"]["host_bytes_written"] == job["user_bytes_written"] == 400 * 3 * MiB
+    assert job["waf"] == vm["model"]["waf"] and job["waf"] >= 1.0
+    assert job["write"]["total_ios"] == vm["guest"]["latency"]["write"]["n"] == 400
+    assert vm["device_log"]["fdp_stats"]["media_bytes_erased"] == 0  # QEMU does not model flash
+    vmj = json.loads((out / "vm.json").read_text())
+    assert {"fdp_stats", "ruh_status", "smart", "fdp_configs"} <= set(vmj["logs_after"])
+    assert vmj["latency"]["write"]["buckets"]
+    # the ephemeral VM is gone with its QEMU
+    assert state.list_states() == [] and _gone(vmj["qemu_pid"])
+
+
+def test_replay_zns_on_a_named_vm(vmenv, traces, tmp_path):
+    """`kvbed up` fixes the geometry; `kvbed replay --vm` adopts it, refuses what cannot fit, and on a second
+    run resets the zones the first one left written."""
+    r = CliRunner()
+    up = r.invoke(cli, ["up", "--device", "zns", "--name", "z0", "--json", "logical_bytes=2GiB", "zone_bytes=16MiB",
+                        "zone_cap_bytes=12MiB", "page_bytes=1MiB"])
+    assert up.exit_code == 0, up.output
+    try:
+        res, _ = _replay(traces["small"], "--vm", "z0", "--hints", "oracle", "-o", tmp_path / "a")
+        assert res.exit_code == 0, res.output
+        a = _result(tmp_path / "a")
+        cc = _checks_hold(a)
+        assert {"zone_write_pointers", "zone_write_pointers_vs_layout", "zone_append_lbas"} <= set(cc)
+        assert cc["zone_write_pointers_vs_layout"]["expected"] == 128  # 2 GiB / 16 MiB zones, all as laid out
+        zs = a["vm"]["device_log"]["zones"]["by_state"]
+        assert zs.get("full", 0) > 0 and a["jobs"][0]["zone_resets"] > 0
+        assert a["global options"]["device_params"]["zns"]["zone_bytes"] == 16 * MiB  # the VM's, not sized
+        # 12 GiB of writes peaking at ~3.7 GiB live: refused after the scan, before any op reaches the guest
+        res, took = _replay(traces["long"], "--vm", "z0", "-o", tmp_path / "x")
+        assert res.exit_code == 2 and "z0's namespace (fixed at `kvbed up`) is too small" in res.stderr, res.output
+        assert "\n" not in res.stderr.strip() and not (tmp_path / "x").exists() and took < 30
+        res, _ = _replay(traces["small"], "--vm", "z0", "--param", "zone_cap_bytes=8MiB", "-o", tmp_path / "x")
+        assert res.exit_code == 2 and "zone_cap_bytes is fixed at `kvbed up`" in res.stderr
+        # the first run left zones full and open: the second one resets them and still checks out
+        res, _ = _replay(traces["small"], "--vm", "z0", "--hints", "none", "-o", tmp_path / "b")
+        assert res.exit_code == 0, res.output
+        _checks_hold(_result(tmp_path / "b"))
+    finally:
+        assert r.invoke(cli, ["down", "z0"]).exit_code == 0
+
+
+def test_replay_cxl_through_an_ephemeral_vm(vmenv, traces, tmp_path):
+    """CXL memory in 256 MiB granules: the model is fitted to the VM's size; objects go to the devdax mapping."""
+    out = tmp_path / "cxl"
+    res, took = _replay(traces["tiny"], "--target", "vm", "--device", "cxl", "--hints", "oracle", "-o", out,
+                        "--param", "page_bytes=256KiB")
+    assert res.exit_code == 0, res.output
+    r = _result(out)
+    cc = _checks_hold(r)
+    assert set(cc) == {"agent_bytes_written", "model_host_bytes_written"}
+    assert r["target"]["qemu_params"]["cxl"]["cxl_bytes"] == 256 * MiB
+    assert r["global options"]["device_params"]["cxl"]["cxl_bytes"] == 256 * MiB
+    assert r["sizing"]["logical_bytes"] == 256 * MiB  # the sizing record follows the fitted geometry
+    assert any("logical_bytes" in n and f"-> {256 * MiB}" in n for n in r["sizing"]["notes"]), r["sizing"]["notes"]
+    assert r["vm"]["guest"]["bytes_written"] == 120 * (256 << 10) and r["sources"]["lat_ns"] == "guest"
+    assert r["vm"]["guest"]["latency"]["write"]["n"] == 120 and r["jobs"][0]["write"]["lat_ns"]["min"] > 0
+    assert state.list_states() == []
+
+
 # --- failures -------------------------------------------------------------------------------------------------------
 def _long_stream(n: int, capacity_pages: int, pages: int = 128) -> dict[str, np.ndarray]:
     """Far more 512 KiB writes than the few seconds before the fault can finish."""
@@ -409,6 +504,97 @@ def test_port_taken_between_check_and_start(vmenv, monkeypatch):
     assert state.list_states() == []
     out = subprocess.run(["pgrep", "-f", f"hostfwd=tcp:127.0.0.1:{port}-"], capture_output=True, text=True)
     assert out.stdout.strip() == ""  # no QEMU left holding (or trying) the port
+
+
+def _replay_with_fault(traces, tmp_path, fault: str, *extra) -> tuple:
+    """`kvbed replay --target vm` in its own process on the long trace; once the guest has written data,
+    ``fault`` strikes (kill QEMU, panic the guest, stall the agent). Returns (process, seconds from the fault
+    to the exit, run dir, the VM's state as it ran)."""
+    out = tmp_path / fault
+    argv = [sys.executable, "-c", "from testbed.cli import main; main()", "replay", str(traces["long"]), "--target",
+            "vm", "--device", "fdp", "--hints", "oracle", "-o", str(out), "-q", "--no-plots", *extra]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        st = None
+        while st is None and time.monotonic() < end and p.poll() is None:
+            st = next((s for s in state.list_states() if s.ready_unix), None)
+            time.sleep(0.1)
+        assert st is not None, p.communicate()
+        side = AgentClient(st.port)  # the agent answers it between two op batches
+        while time.monotonic() < end:
+            h, _ = side.request("hello", timeout_s=30)
+            if (h.get("counters") or {}).get("bytes_written", 0) >= 256 * MiB:
+                break
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        if fault == "kill":
+            os.kill(st.pid, signal.SIGKILL)
+        elif fault in ("sigterm", "sigkill"):  # kvbed itself is stopped
+            p.send_signal(signal.SIGTERM if fault == "sigterm" else signal.SIGKILL)
+        else:
+            side.send(fault, {"seconds": 30} if fault == "stall" else {})
+        p.wait(timeout=60)
+        took = time.monotonic() - t0
+        side.close()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p, took, out, st
+
+
+@pytest.mark.parametrize("fault,bound_s,needle", [
+    ("kill", 10, "QEMU exited (exit status -9)"),
+    ("crash", 15, "Kernel panic"),
+    ("stall", 15, "the agent did not answer ops"),  # reply_timeout_s=4 below, then the VM is torn down
+])
+def test_replay_keeps_the_completed_part_when_the_vm_fails(vmenv, traces, tmp_path, fault, bound_s, needle):
+    p, took, out, st = _replay_with_fault(traces, tmp_path, fault, "--param", "reply_timeout_s=4")
+    err = p.stderr.read().strip()
+    print(f"{fault}: exit {p.returncode} {took:.2f} s after the fault: {err}")
+    assert p.returncode == 2 and "\n" not in err and err.startswith("kvbed: error: VM replay-fdp-"), err
+    assert needle in err and "partial result" in err and took < bound_s
+    r = _result(out)
+    assert r["incomplete"] is True and needle in r["error"]
+    assert 0 < r["stopped_at_row"] < r["scan"]["rows"]  # events fully replayed before the fault
+    written = r["jobs"][0]["user_bytes_written"]
+    assert 0 < written < 3000 * 4 * MiB  # what completed before the fault, not the whole trace
+    assert r["vm"]["cross_checks"] == [] and "could not be asked" in r["vm"]["cross_checks_skipped"]
+    assert state.list_states() == [] and _gone(st.pid)  # no VM, no QEMU left behind
+    left = subprocess.run(["pgrep", "-f", f"kvbed-{st.token}"], capture_output=True, text=True).stdout.strip()
+    assert left == ""
+
+
+@pytest.mark.parametrize("fault", ["sigterm", "sigkill"])
+def test_a_stopped_replay_takes_its_vm_along(vmenv, traces, tmp_path, fault):
+    """SIGTERM (a CI timeout) tears the ephemeral VM down on the way out; SIGKILL cannot run any code, but
+    QEMU was started with PR_SET_PDEATHSIG and dies with kvbed (its state directory stays, as `dead`)."""
+    p, took, out, st = _replay_with_fault(traces, tmp_path, fault)
+    assert p.returncode == (143 if fault == "sigterm" else -9), p.stderr.read()
+    assert _gone(st.pid, timeout_s=10), f"QEMU {st.pid} outlived kvbed ({fault})"
+    assert not out.exists()  # no result: the run was stopped from outside, not by its VM
+    left = state.list_states()
+    if fault == "sigterm":
+        assert left == []
+    else:
+        assert [s.name for s in left] == [st.name] and vm_mod.status()[0]["state"] == "dead"
+        vm_mod.down([st.name])
+
+
+def test_replay_port_taken_is_a_clean_error(vmenv, traces, tmp_path, monkeypatch):
+    """Every port the ephemeral VM tries is taken (a race lost three times): one line, no VM, no run dir."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        monkeypatch.setattr(vm_mod, "pick_port", lambda: port)
+        res, took = _replay(traces["small"], "--target", "vm", "--device", "zns", "-o", tmp_path / "r")
+    print(f"port taken: {took:.1f} s: {res.stderr.strip()}")
+    assert res.exit_code == 2 and f"port 127.0.0.1:{port} is already in use" in res.stderr and took < 60
+    assert res.stderr.strip().count("\n") == 0 and not (tmp_path / "r").exists()
+    assert state.list_states() == []
+    out = subprocess.run(["pgrep", "-f", f"hostfwd=tcp:127.0.0.1:{port}-"], capture_output=True, text=True)
+    assert out.stdout.strip() == ""
 
 
 @pytest.mark.slow

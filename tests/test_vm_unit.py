@@ -111,6 +111,23 @@ def test_conv_has_no_placement(tmp_path):
     assert qemu.device("conv").disk_bytes(p) == 256 * MiB
 
 
+@pytest.mark.parametrize("device", ["conv", "fdp", "zns"])
+def test_null_backing_costs_no_host_disk(tmp_path, device):
+    """backing=null: the namespace is QEMU's null-co driver of the namespace's size (reads return zeros),
+    no backing file is made, and the rest of the command line is the same as with a file."""
+    kv = ["logical_bytes=64GiB", "zone_bytes=64MiB", "zone_cap_bytes=48MiB"] if device == "zns" else ["logical_bytes=64GiB"]
+    p = qemu.resolve_params(device, kv + ["backing=null"])
+    assert qemu.device(device).disk_bytes(p) == 0
+    argv = qemu.build_argv(device, p, _paths(tmp_path, disk=False), accel="tcg", host_port=5003, token="n")
+    drive = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-drive" and "nvm0" in argv[i + 1]]
+    assert drive == [f"driver=null-co,size={64 * GiB},read-zeroes=on,if=none,id=nvm0"]
+    filed = qemu.build_argv(device, qemu.resolve_params(device, kv), _paths(tmp_path), accel="tcg", host_port=5003,
+                            token="n")
+    assert [a for a in argv if "nvm0" not in a] == [a for a in filed if "nvm0" not in a]
+    with pytest.raises(KvbedError, match="backing must be one of file, null"):
+        qemu.resolve_params(device, kv + ["backing=ram"])
+
+
 @pytest.mark.parametrize("device,kv,needle", [
     ("zns", ["logical_bytes=100MiB", "zone_bytes=64MiB"], "whole number of zones"),
     ("zns", ["zone_bytes=48MiB", "zone_cap_bytes=48MiB", "logical_bytes=480MiB"], "power of two"),

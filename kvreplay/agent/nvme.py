@@ -200,9 +200,16 @@ class NvmeDevice:
 
     # --- queries ----------------------------------------------------------------
     def ruh_status(self) -> list[dict]:
-        """I/O Management Receive, Reclaim Unit Handle Status: one dict per placement id."""
-        n = 16 + 32 * 128
+        """I/O Management Receive, Reclaim Unit Handle Status: one dict per placement id.
+
+        Asks for the header first, then for exactly the descriptors there are: the 6.12 kernel maps a
+        passthrough buffer whose pages are not physically contiguous with an SGL of the full ``data_len``,
+        and QEMU refuses an SGL longer than what it transfers (status 0xf, Data SGL Length Invalid) - so
+        a generous buffer failed now and then, depending on where the guest put its pages."""
         b = self.buf
+        self.io(NVME_CMD_IO_MGMT_RECV, addr=b.addr, data_len=16, cdw10=1, cdw11=16 // 4 - 1)
+        (nruhsd,) = struct.unpack_from("<H", b.mem, 14)
+        n = 16 + 32 * nruhsd
         self.io(NVME_CMD_IO_MGMT_RECV, addr=b.addr, data_len=n, cdw10=1, cdw11=n // 4 - 1)
         (nruhsd,) = struct.unpack_from("<H", b.mem, 14)
         out = []
@@ -345,15 +352,20 @@ class NvmeDevice:
             except NvmeError:
                 pass
         # FDP: the controller says so in CTRATT bit 19 (Identify Controller bytes 96-99).
+        self.buf = DmaBuffer(4096 + 16 + 32 * 128)
         try:
-            self.buf = DmaBuffer(4096 + 16 + 32 * 128)
-            idc = self.identify(1)
-            ctratt = struct.unpack_from("<I", idc, 96)[0]
-            if ctratt & (1 << 19):
-                info.fdp = True
-                st = self.ruh_status()
-                info.nruh = len(st)
-                info.ruh_ids = [s["ruhid"] for s in st]
+            ctratt = struct.unpack_from("<I", self.identify(1), 96)[0]
         except NvmeError:
-            pass
+            ctratt = 0
+        if ctratt & (1 << 19):
+            # an FDP device without its handles would refuse every placement id: fail the setup loudly
+            try:
+                st = self.ruh_status()
+            except NvmeError as exc:
+                raise RuntimeError(f"FDP controller, but RUH status failed: {exc}") from None
+            if not st:
+                raise RuntimeError("FDP controller, but the namespace reports no reclaim unit handles")
+            info.fdp = True
+            info.nruh = len(st)
+            info.ruh_ids = [s["ruhid"] for s in st]
         return info

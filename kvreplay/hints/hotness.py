@@ -25,13 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from devicemodels.jit import kernel
 from kvreplay.schema import OP_DELETE, OP_HIT, OP_LOAD
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.actions import A_WRITE
-from kvreplay.hints.quantiles import class_of, new_state, refresh_edges, score_bin
+from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 from testbed.errors import KvbedError
 
@@ -44,14 +44,14 @@ class HotnessParams:
     refresh: int = 4096  # move the adaptive edges every this many writes
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _decayed(score, last, now, half_life):
     if now <= last:
         return score
     return score * 2.0 ** (-(now - last) / half_life)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _hot_kernel(start, j, op, obj, parent, ts, actions, kv, meta, free, score, last,
                 out, n_classes, half_life, inherit, adaptive, refresh, hist, edges, state):
     """Events [start, ...) with ``j`` writes classified so far; returns (stop, j) - stop < len: grow."""
@@ -81,11 +81,7 @@ def _hot_kernel(start, j, op, obj, parent, ts, actions, kv, meta, free, score, l
             else:
                 c = min(int(y), n_classes - 1)
             if adaptive:
-                hist[score_bin(y)] += 1
-                state[1] += 1
-                if state[1] % refresh == 0:
-                    refresh_edges(hist, edges)
-                    state[0] = 1
+                note_score(y, hist, edges, state, 0, 1, refresh)
             out[j] = c
             j += 1
         if o == OP_DELETE and s >= 0:

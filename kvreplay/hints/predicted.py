@@ -30,13 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from devicemodels.jit import kernel
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.hints.oracle import CLOCKS
-from kvreplay.hints.quantiles import class_of, new_state, refresh_edges, score_bin
+from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.actions import A_DROP, A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 from testbed.errors import KvbedError
@@ -60,7 +60,7 @@ class PredictedParams:
     refresh: int = 1024  # move the class edges to the predictions' quantiles every this many predictions
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _log_bucket(v, cap):
     b = 0
     while v > 0 and b < cap - 1:
@@ -69,7 +69,7 @@ def _log_bucket(v, cap):
     return b
 
 
-@njit(cache=True)
+@kernel
 def _learn(lt, b0, cnt, tot):
     x = np.log2(max(lt, 1.0))
     kind = b0 // (TENANT_BUCKETS * DEPTH_BUCKETS * TURN_BUCKETS)
@@ -87,7 +87,7 @@ def _learn(lt, b0, cnt, tot):
     tot[g] += x
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _pred_kernel(start, j, op, obj, parent, ts, nbytes, kind, tenant, req, sess, actions,
                  kv, meta, free, o_bucket, o_depth, o_birth,
                  skv, smeta, sfree, s_req, s_turn,
@@ -151,11 +151,7 @@ def _pred_kernel(start, j, op, obj, parent, ts, nbytes, kind, tenant, req, sess,
                     x = tot[g] / cnt[g]
                 if state[2] == 1:
                     c = class_of(x, edges)
-                phist[score_bin(x)] += 1
-                state[3] += 1
-                if state[3] % refresh == 0:
-                    refresh_edges(phist, edges)
-                    state[2] = 1
+                note_score(x, phist, edges, state, 2, 3, refresh)
             out[j] = c
             j += 1
             o_birth[s] = state[0]

@@ -15,14 +15,14 @@ they use only scores of past writes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from devicemodels.jit import kernel
 BINS_PER_OCTAVE = 8
 OCTAVES = 64
 NBINS = BINS_PER_OCTAVE * OCTAVES
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def score_bin(x):
     """Bin of a score in log2 units (x >= 0)."""
     b = int(x * BINS_PER_OCTAVE)
@@ -33,7 +33,7 @@ def score_bin(x):
     return b
 
 
-@njit(cache=True)
+@kernel
 def refresh_edges(hist, edges):
     """Set ``edges`` (n-1 values) to the upper bounds of the bins where the histogram reaches k/n,
     then halve the histogram (older scores weigh less)."""
@@ -52,13 +52,24 @@ def refresh_edges(hist, edges):
         hist[k] *= 0.5
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def class_of(x, edges):
     """Number of edges strictly below x: class k holds (edge[k-1], edge[k]]."""
     c = 0
     while c < len(edges) and x > edges[c]:
         c += 1
     return c
+
+
+@kernel(inline="always")
+def note_score(x, hist, edges, state, ready, count, refresh):
+    """Count score ``x`` (``state[count]`` scores so far); every ``refresh`` scores, move the edges and
+    set ``state[ready]`` to 1 (classes follow the edges from then on)."""
+    hist[score_bin(x)] += 1
+    state[count] += 1
+    if state[count] % refresh == 0:
+        refresh_edges(hist, edges)
+        state[ready] = 1
 
 
 def new_state(n_classes: int) -> tuple[np.ndarray, np.ndarray]:

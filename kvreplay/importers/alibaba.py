@@ -18,15 +18,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from kvreplay.importers.base import (
-    IMPORTERS,
-    Importer,
-    check_column,
-    flatten_ids,
-    negative_id_rows,
-    read_jsonl,
-    source_info,
-)
+from kvreplay.importers.base import IMPORTERS, Importer, read_request_columns, source_info
 from kvreplay.requests import RequestTrace
 
 BLOCK_TOKENS = 16
@@ -49,24 +41,8 @@ class AlibabaImporter(Importer):
     description = "Alibaba Qwen/Bailian ATC'25 JSONL (chat_id, parent_chat_id, turn, type, hash_ids per 16 tokens)"
 
     def read_requests(self, path: Path) -> RequestTrace:
-        where = str(path)
-        recs, lineno, data = read_jsonl(path, AlibabaRecord)
-        n = len(recs)
-        ts_s = np.fromiter((r.timestamp for r in recs), np.float64, n)
-        inp = np.fromiter((r.input_length for r in recs), np.int64, n)
-        out = np.fromiter((r.output_length for r in recs), np.int64, n)
-        turn = np.fromiter((r.turn for r in recs), np.int64, n)
-        off, ids = flatten_ids([r.hash_ids for r in recs])
-        check_column(where, lineno, ~np.isfinite(ts_s) | (ts_s < 0), "timestamp must be a finite number >= 0")
-        check_column(where, lineno, np.r_[False, np.diff(ts_s) < 0], "timestamp goes backwards (lines must be in time order)")
-        check_column(where, lineno, inp < 0, "input_length must be >= 0")
-        check_column(where, lineno, out < 0, "output_length must be >= 0")
-        check_column(where, lineno, turn < 0, "turn must be >= 0")
-        nblk = np.diff(off)
-        check_column(where, lineno, nblk > (inp + BLOCK_TOKENS - 1) // BLOCK_TOKENS,
-                     f"more hash_ids than input_length covers at {BLOCK_TOKENS} tokens per id")
-        check_column(where, lineno, negative_id_rows(off, ids), "hash_ids must be >= 0")
-
+        c = read_request_columns(path, AlibabaRecord, BLOCK_TOKENS, extra_counts=("turn",))
+        recs, ts_s, n = c.records, c.timestamp, len(c.records)
         # session = root of the parent chain
         root: dict[int, int] = {}
         session = np.empty(n, np.int64)
@@ -81,16 +57,16 @@ class AlibabaImporter(Importer):
         t0 = ts_s[0] if n else 0.0
         trace = RequestTrace(
             arrival_ns=np.round((ts_s - t0) * 1e9).astype(np.int64),
-            input_tokens=inp,
-            output_tokens=out,
-            block_offsets=off,
-            block_ids=ids,
+            input_tokens=c.input_tokens,
+            output_tokens=c.output_tokens,
+            block_offsets=c.block_offsets,
+            block_ids=c.block_ids,
             block_tokens=BLOCK_TOKENS,
             session_id=session,
-            turn=turn.astype(np.int32),
+            turn=c.extra["turn"].astype(np.int32),
             tenant=tenant,
             tenants=types,
-            source=source_info(self.name, path, data),
+            source=source_info(self.name, path, c.data),
         )
         trace.source["start_timestamp_s"] = float(t0)
         return trace

@@ -13,7 +13,7 @@ import abc
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -86,6 +86,45 @@ def read_jsonl(path: Path, record: type[S]) -> tuple[list[S], np.ndarray, bytes]
                 raise KvbedError(f"line {i + 1}: malformed JSON ({_clean(exc)})", where=where) from None
         raise KvbedError("malformed JSON Lines (a record spans lines?)", where=where) from None
     return recs, np.asarray(keep, np.int64) + 1, data
+
+
+class RequestColumns(NamedTuple):
+    """What the JSON Lines request formats share: the validated per-request columns."""
+
+    records: list
+    data: bytes  # the file's bytes (hashed for the trace's source info)
+    timestamp: np.ndarray  # float64, in the format's own unit
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    block_offsets: np.ndarray  # CSR offsets into block_ids, one row per request
+    block_ids: np.ndarray
+    extra: dict[str, np.ndarray]  # the format's further integer columns, by field name
+
+
+def read_request_columns(path: Path, record: type[S], block_tokens: int,
+                         extra_counts: tuple[str, ...] = ()) -> RequestColumns:
+    """Read records with ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids`` (one id
+    per ``block_tokens`` input tokens) and refuse, naming the line, a timestamp that is negative,
+    not finite or goes backwards, a negative length (or a negative ``extra_counts`` field), more
+    hash ids than the input covers, or a negative id."""
+    where = str(path)
+    recs, lineno, data = read_jsonl(path, record)
+    n = len(recs)
+    ts = np.fromiter((r.timestamp for r in recs), np.float64, n)
+    inp = np.fromiter((r.input_length for r in recs), np.int64, n)
+    out = np.fromiter((r.output_length for r in recs), np.int64, n)
+    extra = {name: np.fromiter((getattr(r, name) for r in recs), np.int64, n) for name in extra_counts}
+    off, ids = flatten_ids([r.hash_ids for r in recs])
+    check_column(where, lineno, ~np.isfinite(ts) | (ts < 0), "timestamp must be a finite number >= 0")
+    check_column(where, lineno, np.r_[False, np.diff(ts) < 0], "timestamp goes backwards (lines must be in time order)")
+    check_column(where, lineno, inp < 0, "input_length must be >= 0")
+    check_column(where, lineno, out < 0, "output_length must be >= 0")
+    for name, col in extra.items():
+        check_column(where, lineno, col < 0, f"{name} must be >= 0")
+    check_column(where, lineno, np.diff(off) > (inp + block_tokens - 1) // block_tokens,
+                 f"more hash_ids than input_length covers at {block_tokens} tokens per id")
+    check_column(where, lineno, negative_id_rows(off, ids), "hash_ids must be >= 0")
+    return RequestColumns(recs, data, ts, inp, out, off, ids, extra)
 
 
 def _clean(exc: Exception) -> str:

@@ -12,15 +12,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from kvreplay.importers.base import (
-    IMPORTERS,
-    Importer,
-    check_column,
-    flatten_ids,
-    negative_id_rows,
-    read_jsonl,
-    source_info,
-)
+from kvreplay.importers.base import IMPORTERS, Importer, read_request_columns, source_info
 from kvreplay.requests import RequestTrace
 
 BLOCK_TOKENS = 512
@@ -39,30 +31,16 @@ class MooncakeImporter(Importer):
     description = "Mooncake FAST'25 JSONL (timestamp ms, input/output_length, hash_ids per 512 tokens)"
 
     def read_requests(self, path: Path) -> RequestTrace:
-        where = str(path)
-        recs, lineno, data = read_jsonl(path, MooncakeRecord)
-        n = len(recs)
-        ts_ms = np.fromiter((r.timestamp for r in recs), np.float64, n)
-        inp = np.fromiter((r.input_length for r in recs), np.int64, n)
-        out = np.fromiter((r.output_length for r in recs), np.int64, n)
-        off, ids = flatten_ids([r.hash_ids for r in recs])
-        check_column(where, lineno, ~np.isfinite(ts_ms) | (ts_ms < 0), "timestamp must be a finite number >= 0")
-        check_column(where, lineno, np.r_[False, np.diff(ts_ms) < 0], "timestamp goes backwards (lines must be in time order)")
-        check_column(where, lineno, inp < 0, "input_length must be >= 0")
-        check_column(where, lineno, out < 0, "output_length must be >= 0")
-        nblk = np.diff(off)
-        check_column(where, lineno, nblk > (inp + BLOCK_TOKENS - 1) // BLOCK_TOKENS,
-                     f"more hash_ids than input_length covers at {BLOCK_TOKENS} tokens per id")
-        check_column(where, lineno, negative_id_rows(off, ids), "hash_ids must be >= 0")
+        c = read_request_columns(path, MooncakeRecord, BLOCK_TOKENS)
         trace = RequestTrace(
-            arrival_ns=np.round(ts_ms * 1e6).astype(np.int64),
-            input_tokens=inp,
-            output_tokens=out,
-            block_offsets=off,
-            block_ids=ids,
+            arrival_ns=np.round(c.timestamp * 1e6).astype(np.int64),
+            input_tokens=c.input_tokens,
+            output_tokens=c.output_tokens,
+            block_offsets=c.block_offsets,
+            block_ids=c.block_ids,
             block_tokens=BLOCK_TOKENS,
-            source=source_info(self.name, path, data),
+            source=source_info(self.name, path, c.data),
         )
-        trace.source["short_block_lines"] = int(np.sum(nblk < (inp + BLOCK_TOKENS - 1) // BLOCK_TOKENS))
+        whole = (c.input_tokens + BLOCK_TOKENS - 1) // BLOCK_TOKENS
+        trace.source["short_block_lines"] = int(np.sum(np.diff(c.block_offsets) < whole))
         return trace
-

@@ -17,14 +17,20 @@ npages, pid, the index of the tier event that caused the op, and its origin
 (``SRC_USER``: the event itself; ``SRC_GC``: host GC relocation or reset;
 ``SRC_EVICT``: a forced eviction), so statistics never mix GC reads into the
 latency of the KV store's own reads.
+
+Kernels and helpers here are compiled with :func:`devicemodels.jit.kernel` (no reference
+counting): with numba's refcounting, every array handed to a helper costs runtime calls, which
+made the shared helpers below (and the kernels) measurably slower; without it they are free.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from kvreplay.layout.objtable import ObjTable
+from devicemodels.base import OP_READ
+from devicemodels.jit import kernel
+from kvreplay.layout.actions import A_FREE, A_WRITE
+from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 
 # object row (oc[slot, k])
 OC_HEAD, OC_NPAGES, OC_CLS, OC_PREV, OC_NEXT = range(5)
@@ -132,13 +138,13 @@ class LayoutState:
         return self.objs.nbytes() + self.ex.nbytes + self.exfree.nbytes
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def ex_room(ex, st):
     """Extents that can still be handed out without growing the pool."""
     return len(ex) - st[ST_EX_HIGH] + st[ST_EX_NFREE]
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def emit(ob, n, op, lba, npages, pid, ev, src):
     if n >= ob.shape[1]:  # kernels reserve room per event; this is the safety net, never a silent overrun
         raise IndexError("layout op buffer overflow")
@@ -151,7 +157,7 @@ def emit(ob, n, op, lba, npages, pid, ev, src):
     return n + 1
 
 
-@njit(cache=True)
+@kernel
 def ex_new(ex, exfree, st, lba, length):
     if st[ST_EX_NFREE] > 0:
         st[ST_EX_NFREE] -= 1
@@ -165,13 +171,13 @@ def ex_new(ex, exfree, st, lba, length):
     return e
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def ex_release(ex, exfree, st, e):
     exfree[st[ST_EX_NFREE]] = e
     st[ST_EX_NFREE] += 1
 
 
-@njit(cache=True)
+@kernel
 def lru_unlink(oc, st, s):
     p = oc[s, OC_PREV]
     q = oc[s, OC_NEXT]
@@ -187,7 +193,7 @@ def lru_unlink(oc, st, s):
     oc[s, OC_NEXT] = -1
 
 
-@njit(cache=True)
+@kernel
 def lru_push(oc, st, s):
     t = st[ST_LRU_TAIL]
     oc[s, OC_PREV] = t
@@ -199,7 +205,7 @@ def lru_push(oc, st, s):
     st[ST_LRU_TAIL] = s
 
 
-@njit(cache=True)
+@kernel
 def emit_extents(ob, n, oc, ex, s, op, pid, ev, src):
     """One op per extent of object ``s``."""
     e = oc[s, OC_HEAD]
@@ -209,7 +215,7 @@ def emit_extents(ob, n, oc, ex, s, op, pid, ev, src):
     return n
 
 
-@njit(cache=True)
+@kernel
 def count_extents(oc, ex, s):
     k = 0
     e = oc[s, OC_HEAD]
@@ -217,3 +223,127 @@ def count_extents(oc, ex, s):
         k += 1
         e = ex[e, EX_NEXT]
     return k
+
+
+@kernel(inline="always")
+def lru_touch(oc, st, s):
+    """Move object ``s`` to the tail (most recently used) of the resident list."""
+    lru_unlink(oc, st, s)
+    lru_push(oc, st, s)
+
+
+@kernel(inline="always")
+def room_status(kv, meta, free, ex, st, n, cap, ob_bound, a):
+    """Before an event: S_BUFFER_FULL if ``ob`` may not hold its ops, S_GROW if a write may not
+    find an extent or a table slot, else -1 (go on)."""
+    if n + ob_bound > cap:
+        return S_BUFFER_FULL
+    if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
+        return S_GROW
+    return -1
+
+
+@kernel(inline="always")
+def new_obj(kv, meta, free, oc, okey, key, npages, cls):
+    """Insert ``key`` (not resident) as an object of ``npages`` in class ``cls``; returns its slot."""
+    s, _ = ot_insert(kv, meta, free, key)
+    okey[s] = key
+    oc[s, OC_NPAGES] = npages
+    oc[s, OC_CLS] = cls
+    return s
+
+
+@kernel(inline="always")
+def note_written(oc, st, lc, s, npages):
+    """A write of object ``s`` has been placed: it becomes the most recently used resident."""
+    lru_push(oc, st, s)
+    st[ST_RES_PAGES] += npages
+    st[ST_RES_OBJS] += 1
+    if st[ST_RES_PAGES] > lc[LC_PEAK_RES]:
+        lc[LC_PEAK_RES] = st[ST_RES_PAGES]
+    lc[LC_WRITES] += 1
+    lc[LC_WRITE_PAGES] += npages
+
+
+@kernel(inline="always")
+def forget_obj(kv, meta, free, oc, okey, st, s):
+    """Drop object ``s`` (its extents already released) from the resident list and the table."""
+    st[ST_RES_PAGES] -= oc[s, OC_NPAGES]
+    st[ST_RES_OBJS] -= 1
+    oc[s, OC_HEAD] = -1
+    lru_unlink(oc, st, s)
+    ot_remove(kv, meta, free, okey[s])
+
+
+@kernel(inline="always")
+def read_obj(kv, oc, ex, st, lc, ob, n, key, ev, lru):
+    """A read event: one read op per extent of a resident object (LRU: it becomes the most
+    recently used), a miss counted otherwise. Returns the op count."""
+    s = ot_find(kv, key)
+    if s < 0:
+        lc[LC_READ_MISSES] += 1
+        return n
+    n0 = n
+    n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, ev, SRC_USER)
+    lc[LC_OPS_READ] += n - n0
+    lc[LC_READS] += 1
+    lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
+    if lru:
+        lru_touch(oc, st, s)
+    return n
+
+
+@kernel(inline="always")
+def find_freed(kv, oc, lc, key, a):
+    """A free/drop event: the slot of the object to free (counted), or -1 (a free of an object
+    that is not resident counts as a miss; a drop does not)."""
+    s = ot_find(kv, key)
+    if s < 0:
+        if a == A_FREE:
+            lc[LC_FREE_MISSES] += 1
+        return -1
+    lc[LC_FREES] += 1
+    lc[LC_FREE_PAGES] += oc[s, OC_NPAGES]
+    return s
+
+
+class ObjectLayout:
+    """What the extent and zone layouts share on the Python side: the kernel call loop that grows
+    the state when a kernel asks for it, and read-outs of the common state."""
+
+    name: str
+    state: LayoutState
+
+    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        """One kernel call over tier events [start, end); returns (next event, ops, status)."""
+        raise NotImplementedError
+
+    def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
+        while True:
+            res = self._kernel(ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound)
+            if res[2] != S_GROW or res[1]:
+                return res
+            self.state.grow(ob_bound)  # nothing emitted yet: grow and retry from the same event
+
+    @property
+    def resident_pages(self) -> int:
+        return int(self.state.st[ST_RES_PAGES])
+
+    @property
+    def resident_objects(self) -> int:
+        return int(self.state.st[ST_RES_OBJS])
+
+    def counters(self) -> dict[str, int]:
+        return self.state.counters()
+
+    def extents_of(self, obj_id: int) -> list[tuple[int, int]]:
+        """(lba, npages) runs of a resident object (tests and debugging)."""
+        s = self.state.objs.find(obj_id)
+        if s < 0:
+            return []
+        out, e = [], int(self.state.objs.cols["oc"][s, OC_HEAD])
+        while e >= 0:
+            out.append((int(self.state.ex[e, EX_LBA]), int(self.state.ex[e, EX_LEN])))
+            e = int(self.state.ex[e, EX_NEXT])
+        return out

@@ -17,9 +17,9 @@ allocator aims for few ops per object and exact TRIMs, nothing more.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE
+from devicemodels.base import OP_TRIM, OP_WRITE
+from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE
 from kvreplay.layout.common import (
     EX_LBA,
@@ -27,43 +27,36 @@ from kvreplay.layout.common import (
     EX_NEXT,
     LC_FORCED,
     LC_FORCED_PAGES,
-    LC_FREE_MISSES,
-    LC_FREE_PAGES,
-    LC_FREES,
-    LC_OPS_READ,
     LC_OPS_TRIM,
     LC_OPS_WRITE,
-    LC_PEAK_RES,
-    LC_READ_MISSES,
-    LC_READ_PAGES,
-    LC_READS,
     LC_REWRITES,
     LC_WRITE_PAGES,
     LC_WRITES,
     OC_CLS,
     OC_HEAD,
     OC_NPAGES,
-    S_BUFFER_FULL,
     S_DONE,
-    S_GROW,
     S_TOO_BIG,
     SRC_EVICT,
     SRC_USER,
     ST_CURSOR,
     ST_FREE_PAGES,
     ST_LRU_HEAD,
-    ST_RES_OBJS,
-    ST_RES_PAGES,
     LayoutState,
+    ObjectLayout,
     emit,
-    ex_room,
     emit_extents,
     ex_new,
     ex_release,
-    lru_push,
-    lru_unlink,
+    find_freed,
+    forget_obj,
+    lru_touch,
+    new_obj,
+    note_written,
+    read_obj,
+    room_status,
 )
-from kvreplay.layout.objtable import ot_find, ot_full, ot_insert, ot_remove
+from kvreplay.layout.objtable import ot_find
 
 _FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
@@ -73,14 +66,14 @@ _DEBRUIJN_POS = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17
                           11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], dtype=np.int64)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _ctz(x):
     """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiply)."""
     low = x & (~x + _ONE)
     return _DEBRUIJN_POS[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _mask(b, length):
     """``length`` ones starting at bit ``b`` (1 <= length <= 64 - b)."""
     if length == 64:
@@ -88,7 +81,7 @@ def _mask(b, length):
     return ((_ONE << np.uint64(length)) - _ONE) << np.uint64(b)
 
 
-@njit(cache=True)
+@kernel
 def _bits_clear(bitmap, lba, length):
     p = lba
     end = lba + length
@@ -100,7 +93,7 @@ def _bits_clear(bitmap, lba, length):
         p += take
 
 
-@njit(cache=True)
+@kernel
 def _alloc(bitmap, st, ex, exfree, oc, s, need):
     """Take ``need`` free units next-fit from the cursor; chain the runs as extents of object ``s``."""
     nw = len(bitmap)
@@ -140,7 +133,7 @@ def _alloc(bitmap, st, ex, exfree, oc, s, need):
     oc[s, OC_HEAD] = head
 
 
-@njit(cache=True)
+@kernel
 def _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, ev, src):
     e = oc[s, OC_HEAD]
     while e >= 0:
@@ -151,17 +144,12 @@ def _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, ev, sr
         nxt = ex[e, EX_NEXT]
         ex_release(ex, exfree, st, e)
         e = nxt
-    pages = oc[s, OC_NPAGES]
-    st[ST_FREE_PAGES] += pages
-    st[ST_RES_PAGES] -= pages
-    st[ST_RES_OBJS] -= 1
-    oc[s, OC_HEAD] = -1
-    lru_unlink(oc, st, s)
-    ot_remove(kv, meta, free, okey[s])
+    st[ST_FREE_PAGES] += oc[s, OC_NPAGES]
+    forget_obj(kv, meta, free, oc, okey, st, s)
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
                   kv, meta, free, oc, okey, ex, exfree, bitmap, st, lc,
                   ob, ob_bound, total_pages, lru, in_place):
@@ -170,12 +158,11 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
     cap = ob.shape[1]
     i = start
     while i < end:
-        if n + ob_bound > cap:
-            return i, n, S_BUFFER_FULL
         a = ev_act[i]
         key = ev_obj[i]
-        if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
-            return i, n, S_GROW
+        stop = room_status(kv, meta, free, ex, st, n, cap, ob_bound, a)
+        if stop >= 0:
+            return i, n, stop
         if a == A_WRITE:
             need = ev_pages[i]
             pid = ev_pid[i]
@@ -187,8 +174,7 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
                     n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
                     lc[LC_OPS_WRITE] += n - n0
                     oc[s, OC_CLS] = pid
-                    lru_unlink(oc, st, s)
-                    lru_push(oc, st, s)
+                    lru_touch(oc, st, s)
                     lc[LC_WRITES] += 1
                     lc[LC_WRITE_PAGES] += need
                     i += 1
@@ -207,42 +193,17 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
                 n0 = n
                 n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, v, ob, n, i, SRC_EVICT)
                 lc[LC_OPS_TRIM] += n - n0
-            s, _ = ot_insert(kv, meta, free, key)
-            okey[s] = key
-            oc[s, OC_NPAGES] = need
-            oc[s, OC_CLS] = pid
+            s = new_obj(kv, meta, free, oc, okey, key, need, pid)
             _alloc(bitmap, st, ex, exfree, oc, s, need)
-            lru_push(oc, st, s)
-            st[ST_RES_PAGES] += need
-            st[ST_RES_OBJS] += 1
-            if st[ST_RES_PAGES] > lc[LC_PEAK_RES]:
-                lc[LC_PEAK_RES] = st[ST_RES_PAGES]
+            note_written(oc, st, lc, s, need)
             n0 = n
             n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
             lc[LC_OPS_WRITE] += n - n0
-            lc[LC_WRITES] += 1
-            lc[LC_WRITE_PAGES] += need
         elif a == A_READ:
-            s = ot_find(kv, key)
-            if s < 0:
-                lc[LC_READ_MISSES] += 1
-            else:
-                n0 = n
-                n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, i, SRC_USER)
-                lc[LC_OPS_READ] += n - n0
-                lc[LC_READS] += 1
-                lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
-                if lru:
-                    lru_unlink(oc, st, s)
-                    lru_push(oc, st, s)
+            n = read_obj(kv, oc, ex, st, lc, ob, n, key, i, lru)
         elif a == A_FREE or a == A_DROP:
-            s = ot_find(kv, key)
-            if s < 0:
-                if a == A_FREE:
-                    lc[LC_FREE_MISSES] += 1
-            else:
-                lc[LC_FREES] += 1
-                lc[LC_FREE_PAGES] += oc[s, OC_NPAGES]
+            s = find_freed(kv, oc, lc, key, a)
+            if s >= 0:
                 n0 = n
                 n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, i, SRC_USER)
                 lc[LC_OPS_TRIM] += n - n0
@@ -250,7 +211,7 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
     return i, n, S_DONE
 
 
-class ExtentLayout:
+class ExtentLayout(ObjectLayout):
     """Objects -> extents of a flat namespace of ``total_pages`` mapping units."""
 
     name = "extent"
@@ -273,34 +234,17 @@ class ExtentLayout:
         """Most ops one event can emit: TRIM of the old copy, evictions' TRIMs, the writes."""
         return 4 * int(max_obj_pages) + 4
 
-    def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
-        """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
-        st = self.state
-        while True:
-            o = st.objs
-            res = extent_kernel(
-                ev_obj, ev_act, ev_pages, ev_pid, start, end,
-                o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree,
-                self.bitmap, st.st, st.lc, ob, ob_bound, self.total_pages, self.lru, self.in_place,
-            )
-            if res[2] != S_GROW or res[1]:
-                return res
-            st.grow(ob_bound)  # nothing emitted yet: grow and retry from the same event
+    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        st, o = self.state, self.state.objs
+        return extent_kernel(
+            ev_obj, ev_act, ev_pages, ev_pid, start, end,
+            o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree,
+            self.bitmap, st.st, st.lc, ob, ob_bound, self.total_pages, self.lru, self.in_place,
+        )
 
     @property
     def free_pages(self) -> int:
         return int(self.state.st[ST_FREE_PAGES])
-
-    @property
-    def resident_pages(self) -> int:
-        return int(self.state.st[ST_RES_PAGES])
-
-    @property
-    def resident_objects(self) -> int:
-        return int(self.state.st[ST_RES_OBJS])
-
-    def counters(self) -> dict[str, int]:
-        return self.state.counters()
 
     def stats(self) -> dict:
         c = self.counters()
@@ -311,14 +255,3 @@ class ExtentLayout:
             "resident_objects": self.resident_objects,
             **c,
         }
-
-    def extents_of(self, obj_id: int) -> list[tuple[int, int]]:
-        """(lba, npages) runs of a resident object (tests and debugging)."""
-        s = self.state.objs.find(obj_id)
-        if s < 0:
-            return []
-        out, e = [], int(self.state.objs.cols["oc"][s, OC_HEAD])
-        while e >= 0:
-            out.append((int(self.state.ex[e, EX_LBA]), int(self.state.ex[e, EX_LEN])))
-            e = int(self.state.ex[e, EX_NEXT])
-        return out

@@ -47,19 +47,21 @@ def _home(kv, key):
     return np.int64(_mix(key) & np.uint64(kv.shape[0] - 1))
 
 
-@njit(cache=True)
-def ot_find(kv, key):
-    """Slot of ``key`` or -1."""
+@njit(cache=True, inline="always")
+def _probe(kv, key):
+    """Index of ``key``'s entry, or of the empty entry where its probe sequence ends."""
     k = np.int64(key)
     mask = kv.shape[0] - 1
     i = _home(kv, key)
-    while True:
-        v = kv[i, 1]
-        if v < 0:
-            return -1
-        if kv[i, 0] == k:
-            return v
+    while kv[i, 1] >= 0 and kv[i, 0] != k:
         i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True)
+def ot_find(kv, key):
+    """Slot of ``key`` or -1."""
+    return kv[_probe(kv, key), 1]
 
 
 @njit(cache=True, inline="always")
@@ -73,23 +75,16 @@ def ot_insert(kv, meta, free, key):
     """Slot of ``key``, inserting it with a fresh slot if absent. Returns (slot, inserted).
 
     The caller checked ``ot_full`` (there is room)."""
-    k = np.int64(key)
-    mask = kv.shape[0] - 1
-    i = _home(kv, key)
-    while True:
-        v = kv[i, 1]
-        if v < 0:
-            break
-        if kv[i, 0] == k:
-            return v, False
-        i = (i + 1) & mask
+    i = _probe(kv, key)
+    if kv[i, 1] >= 0:
+        return kv[i, 1], False
     if meta[M_NFREE] > 0:
         meta[M_NFREE] -= 1
         slot = np.int64(free[meta[M_NFREE]])
     else:
         slot = meta[M_HIGH]
         meta[M_HIGH] += 1
-    kv[i, 0] = k
+    kv[i, 0] = np.int64(key)
     kv[i, 1] = slot
     meta[M_COUNT] += 1
     return slot, True
@@ -98,17 +93,11 @@ def ot_insert(kv, meta, free, key):
 @njit(cache=True)
 def ot_remove(kv, meta, free, key):
     """Remove ``key``; its slot goes back on the free stack. Returns the slot or -1."""
-    k = np.int64(key)
-    mask = kv.shape[0] - 1
-    i = _home(kv, key)
-    while True:
-        v = kv[i, 1]
-        if v < 0:
-            return -1
-        if kv[i, 0] == k:
-            break
-        i = (i + 1) & mask
+    i = _probe(kv, key)
     slot = kv[i, 1]
+    if slot < 0:
+        return -1
+    mask = kv.shape[0] - 1
     j = i
     while True:  # backward-shift deletion
         j = (j + 1) & mask

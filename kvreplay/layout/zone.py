@@ -22,9 +22,9 @@ a log-structured cache) does:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_RESET
+from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE
 from kvreplay.layout.common import (
     EX_LBA,
@@ -32,29 +32,17 @@ from kvreplay.layout.common import (
     EX_NEXT,
     LC_FORCED,
     LC_FORCED_PAGES,
-    LC_FREE_MISSES,
-    LC_FREE_PAGES,
-    LC_FREES,
     LC_GC_PAGES,
     LC_GC_RUNS,
     LC_OPS_READ,
     LC_OPS_RESET,
     LC_OPS_WRITE,
-    LC_PEAK_RES,
-    LC_READ_MISSES,
-    LC_READ_PAGES,
-    LC_READS,
     LC_REWRITES,
-    LC_WRITE_PAGES,
-    LC_WRITES,
     LC_ZONE_RESETS,
     LC_ZONES_OPENED,
-    OC_CLS,
     OC_HEAD,
     OC_NPAGES,
-    S_BUFFER_FULL,
     S_DONE,
-    S_GROW,
     S_NO_PROGRESS,
     S_TOO_BIG,
     SRC_EVICT,
@@ -62,18 +50,19 @@ from kvreplay.layout.common import (
     SRC_USER,
     ST_COMMON,
     ST_LRU_HEAD,
-    ST_RES_OBJS,
-    ST_RES_PAGES,
     LayoutState,
+    ObjectLayout,
     emit,
-    ex_room,
-    emit_extents,
     ex_new,
     ex_release,
-    lru_push,
-    lru_unlink,
+    find_freed,
+    forget_obj,
+    new_obj,
+    note_written,
+    read_obj,
+    room_status,
 )
-from kvreplay.layout.objtable import ot_find, ot_full, ot_insert, ot_remove
+from kvreplay.layout.objtable import ot_find
 
 # zone row (zs[z, k])
 ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)
@@ -87,7 +76,7 @@ ST_N = ST_COMMON + 2
 _MAX_GC_ROUNDS = 1 << 20
 
 
-@njit(cache=True)
+@kernel
 def _q_pop(zq, st):
     z = zq[st[ST_Q_HEAD]]
     st[ST_Q_HEAD] = (st[ST_Q_HEAD] + 1) % len(zq)
@@ -95,13 +84,13 @@ def _q_pop(zq, st):
     return z
 
 
-@njit(cache=True)
+@kernel
 def _q_push(zq, st, z):
     zq[(st[ST_Q_HEAD] + st[ST_Q_COUNT]) % len(zq)] = z
     st[ST_Q_COUNT] += 1
 
 
-@njit(cache=True)
+@kernel
 def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
     n = emit(ob, n, OP_ZONE_RESET, z * zone_pages, zone_pages, 0, ev, src)
     zs[z, ZS_WP] = 0
@@ -115,7 +104,7 @@ def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
     return n
 
 
-@njit(cache=True)
+@kernel
 def _invalidate(zs, zq, owner, st, lc, ob, n, lba, ln, zone_pages, cap, ev, src):
     z = lba // zone_pages
     off = lba - z * zone_pages
@@ -127,7 +116,7 @@ def _invalidate(zs, zq, owner, st, lc, ob, n, lba, ln, zone_pages, cap, ev, src)
     return n
 
 
-@njit(cache=True)
+@kernel
 def _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s, zone_pages, cap, ev, src):
     """Forget object ``s``: its units become invalid, emptied full zones are reset."""
     e = oc[s, OC_HEAD]
@@ -136,15 +125,11 @@ def _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n
         nxt = ex[e, EX_NEXT]
         ex_release(ex, exfree, st, e)
         e = nxt
-    st[ST_RES_PAGES] -= oc[s, OC_NPAGES]
-    st[ST_RES_OBJS] -= 1
-    oc[s, OC_HEAD] = -1
-    lru_unlink(oc, st, s)
-    ot_remove(kv, meta, free, okey[s])
+    forget_obj(kv, meta, free, oc, okey, st, s)
     return n
 
 
-@njit(cache=True)
+@kernel
 def _open(zs, zq, st, lc, sz, stream):
     z = _q_pop(zq, st)
     zs[z, ZS_STATE] = Z_OPEN
@@ -155,7 +140,7 @@ def _open(zs, zq, st, lc, sz, stream):
     return z
 
 
-@njit(cache=True)
+@kernel
 def _append(zs, sz, owner, ex, ob, n, stream, e, length, zone_pages, cap, ev, src):
     """Write ``length`` units at ``stream``'s write pointer (caller made sure they fit); owner = extent e."""
     z = sz[stream]
@@ -172,7 +157,7 @@ def _append(zs, sz, owner, ex, ob, n, stream, e, length, zone_pages, cap, ev, sr
     return n, lba
 
 
-@njit(cache=True)
+@kernel
 def _victim(zs):
     best = -1
     best_valid = np.iinfo(np.int64).max
@@ -183,7 +168,7 @@ def _victim(zs):
     return best
 
 
-@njit(cache=True)
+@kernel
 def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
     """Relocate the live extents of ``victim`` to the GC stream and reset it."""
     base = victim * cap
@@ -230,7 +215,7 @@ def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream
     return n, True
 
 
-@njit(cache=True)
+@kernel
 def _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz, ob, n,
                gc_free, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
     """Before a user zone is opened: GC (and evict if nothing is reclaimable) so that an
@@ -259,7 +244,7 @@ def _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz, 
     return n, True
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
                 kv, meta, free, oc, okey, ex, exfree, ext_cls, zs, zq, owner, sz, st, lc,
                 ob, ob_bound, zone_pages, cap, n_user, per_class, gc_free, writable_pages, lru):
@@ -269,12 +254,11 @@ def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
     gc_stream0 = n_user
     i = start
     while i < end:
-        if n + ob_bound > ob_cap:
-            return i, n, S_BUFFER_FULL
         a = ev_act[i]
         key = ev_obj[i]
-        if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
-            return i, n, S_GROW
+        stop = room_status(kv, meta, free, ex, st, n, ob_cap, ob_bound, a)
+        if stop >= 0:
+            return i, n, stop
         if a == A_WRITE:
             need = ev_pages[i]
             c = ev_cls[i] % n_user
@@ -285,10 +269,7 @@ def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
                               zone_pages, cap, i, SRC_USER)
             if need > writable_pages:
                 return i, n, S_TOO_BIG
-            s, _ = ot_insert(kv, meta, free, key)
-            okey[s] = key
-            oc[s, OC_NPAGES] = need
-            oc[s, OC_CLS] = c
+            s = new_obj(kv, meta, free, oc, okey, key, need, c)
             oc[s, OC_HEAD] = -1
             rem = need
             while rem > 0:
@@ -314,41 +295,19 @@ def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
                         t = ex[t, EX_NEXT]
                     ex[t, EX_NEXT] = e
                 rem -= take
-            lru_push(oc, st, s)
-            st[ST_RES_PAGES] += need
-            st[ST_RES_OBJS] += 1
-            if st[ST_RES_PAGES] > lc[LC_PEAK_RES]:
-                lc[LC_PEAK_RES] = st[ST_RES_PAGES]
-            lc[LC_WRITES] += 1
-            lc[LC_WRITE_PAGES] += need
+            note_written(oc, st, lc, s, need)
         elif a == A_READ:
-            s = ot_find(kv, key)
-            if s < 0:
-                lc[LC_READ_MISSES] += 1
-            else:
-                n0 = n
-                n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, i, SRC_USER)
-                lc[LC_OPS_READ] += n - n0
-                lc[LC_READS] += 1
-                lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
-                if lru:
-                    lru_unlink(oc, st, s)
-                    lru_push(oc, st, s)
+            n = read_obj(kv, oc, ex, st, lc, ob, n, key, i, lru)
         elif a == A_FREE or a == A_DROP:
-            s = ot_find(kv, key)
-            if s < 0:
-                if a == A_FREE:
-                    lc[LC_FREE_MISSES] += 1
-            else:
-                lc[LC_FREES] += 1
-                lc[LC_FREE_PAGES] += oc[s, OC_NPAGES]
+            s = find_freed(kv, oc, lc, key, a)
+            if s >= 0:
                 n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
                               zone_pages, cap, i, SRC_USER)
         i += 1
     return i, n, S_DONE
 
 
-class ZoneLayout:
+class ZoneLayout(ObjectLayout):
     """Objects -> zones grouped by placement class, with host GC and zone resets."""
 
     name = "zone"
@@ -392,36 +351,19 @@ class ZoneLayout:
         gc = zones_touched * (3 * self.cap_pages + 2) * 2
         return 4 * int(max_obj_pages) + gc + 8
 
-    def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
-        """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
-        st = self.state
-        while True:
-            if len(self.ext_cls) < len(st.ex):
-                grown = np.zeros(len(st.ex), np.int16)
-                grown[: len(self.ext_cls)] = self.ext_cls
-                self.ext_cls = grown
-            o = st.objs
-            res = zone_kernel(
-                ev_obj, ev_act, ev_pages, ev_cls, start, end,
-                o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree, self.ext_cls,
-                self.zs, self.zq, self.owner, self.sz, st.st, st.lc, ob, ob_bound,
-                self.zone_pages, self.cap_pages, self.n_user, self.per_class, self.gc_free_zones,
-                self.writable_pages, self.lru,
-            )
-            if res[2] != S_GROW or res[1]:
-                return res
-            st.grow(ob_bound)
-
-    @property
-    def resident_pages(self) -> int:
-        return int(self.state.st[ST_RES_PAGES])
-
-    @property
-    def resident_objects(self) -> int:
-        return int(self.state.st[ST_RES_OBJS])
-
-    def counters(self) -> dict[str, int]:
-        return self.state.counters()
+    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+        st, o = self.state, self.state.objs
+        if len(self.ext_cls) < len(st.ex):
+            grown = np.zeros(len(st.ex), np.int16)
+            grown[: len(self.ext_cls)] = self.ext_cls
+            self.ext_cls = grown
+        return zone_kernel(
+            ev_obj, ev_act, ev_pages, ev_cls, start, end,
+            o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree, self.ext_cls,
+            self.zs, self.zq, self.owner, self.sz, st.st, st.lc, ob, ob_bound,
+            self.zone_pages, self.cap_pages, self.n_user, self.per_class, self.gc_free_zones,
+            self.writable_pages, self.lru,
+        )
 
     def host_waf(self) -> float:
         c = self.counters()
@@ -446,13 +388,3 @@ class ZoneLayout:
             "host_waf": self.host_waf(),
             **c,
         }
-
-    def extents_of(self, obj_id: int) -> list[tuple[int, int]]:
-        s = self.state.objs.find(obj_id)
-        if s < 0:
-            return []
-        out, e = [], int(self.state.objs.cols["oc"][s, OC_HEAD])
-        while e >= 0:
-            out.append((int(self.state.ex[e, EX_LBA]), int(self.state.ex[e, EX_LEN])))
-            e = int(self.state.ex[e, EX_NEXT])
-        return out

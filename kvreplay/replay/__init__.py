@@ -14,7 +14,9 @@ Pieces (each its own module):
 - :mod:`~kvreplay.replay.prefetch` - the reader / producer threads.
 
 Use: ``parts = Replay(build_config(trace, "fdp", "oracle", ["fill_ratio=1.0"])).run()`` and
-``testbed.results.write_run(out_dir, parts)``; or ``kvbed replay`` on the command line.
+``testbed.results.write_run(out_dir, parts)``; or ``kvbed replay`` on the command line. The same
+ops through a QEMU guest: :mod:`testbed.vm.replay` (``kvbed replay --target vm [--vm NAME]``), which
+plugs a VM target into ``Replay`` via ``target_factory``/``fit_params``.
 """
 
 from kvreplay.replay.engine import Replay, RunConfig, build_config, replay

@@ -12,8 +12,14 @@ Two passes over the trace, both streamed row group by row group:
 
 Producing ops (:meth:`Replay.op_segments`) and submitting them
 (:meth:`Replay.run`) are kept apart: a target is anything with the device
-model's ``submit``/``counters``/``stats`` (the embedded models today; a VM
-target later), and the layout and hints do not know which one runs.
+model's ``submit``/``counters``/``stats`` (the embedded models, or a VM running
+the ops through a guest kernel: :mod:`testbed.vm.replay`), and the layout and
+hints do not know which one runs.
+
+A target that fails part-way (a VM that dies, an agent that stops answering)
+raises a :class:`~testbed.errors.KvbedError` whose ``partial`` is the
+completion of the ops that did complete; the run then records that prefix and
+returns a result marked incomplete, with the one-line ``error``.
 
 Timing: an op arrives at its event's trace time (relative to the first event)
 divided by ``time_scale``; with ``as_fast_as_possible`` the trace clock is
@@ -24,6 +30,7 @@ config and the seed: no wall-clock value enters result.json.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import time
@@ -58,7 +65,12 @@ ZNS_DEFAULT_CLASSES = 8
 
 
 class Target(Protocol):
-    """What the engine submits to: the embedded device models satisfy it (a VM target will too)."""
+    """What the engine submits to: the embedded device models satisfy it, and so does the VM target.
+
+    ``submit`` may raise a KvbedError with a ``partial`` attribute (a Completion of the leading ops that
+    completed; with a ``status`` column only the leading status-0 ops count): the run stops there and
+    keeps what completed. Any other error aborts the run.
+    """
 
     @property
     def page_bytes(self) -> int: ...
@@ -112,11 +124,13 @@ class RunConfig:
     sized: bool = False  # device_params already hold the capacity (a rerun from config.json)
     sizing: dict[str, Any] | None = None
     trace_fingerprint: str | None = None
+    #: where the ops go when not to the embedded model, e.g. {"kind": "vm", ...} (testbed.vm.replay)
+    target: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from testbed import __version__
 
-        return {
+        d = {
             "kvbed_version": __version__,
             "trace": {"path": self.trace, "fingerprint": self.trace_fingerprint},
             "device": self.device,
@@ -128,6 +142,9 @@ class RunConfig:
             "explicit": sorted(self.explicit),
             "sizing": self.sizing,
         }
+        if self.target is not None:
+            d["target"] = self.target
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, where: str = "config.json") -> "RunConfig":
@@ -142,7 +159,7 @@ class RunConfig:
                 layout=from_dict(LayoutParams, d["layout"], where=f"{where}: layout").validate(),
                 hint_params=from_dict(policy_cls.Params, d["hint_params"], where=f"{where}: hint_params"),
                 device_params=groups, explicit=list(d.get("explicit", [])), sized=True, sizing=d.get("sizing"),
-                trace_fingerprint=d["trace"].get("fingerprint"),
+                trace_fingerprint=d["trace"].get("fingerprint"), target=d.get("target"),
             )
         except KeyError as exc:
             raise KvbedError(f"missing key {exc.args[0]!r}", where=where) from None
@@ -237,21 +254,52 @@ class Mark:
     action_counts: np.ndarray
 
 
+class TargetStopped(Exception):
+    """The target failed part-way through a batch: ``completed`` leading ops finished at ``done``."""
+
+    def __init__(self, error: BaseException, completed: int, done: np.ndarray):
+        super().__init__(str(error))
+        self.error = error
+        self.completed = completed
+        self.done = done
+
+
+def _completed_prefix(exc: BaseException) -> np.ndarray | None:
+    """done_ns of the leading ops a failed submit completed (None: the error carries no partial)."""
+    part = getattr(exc, "partial", None)
+    if part is None:
+        return None
+    done = np.asarray(part.done_ns, np.int64)
+    status = getattr(part, "status", None)
+    if status is not None and len(status):
+        bad = np.flatnonzero(np.asarray(status) != 0)
+        if len(bad):
+            done = done[: int(bad[0])]
+    return done
+
+
 class Replay:
     """One replay run. ``run()`` returns the result parts; :mod:`testbed.results` writes them.
 
     ``target_factory(device_model) -> Target`` replaces the embedded model as the op sink (e.g. a VM
     target that also mirrors the completed commands into the model for WAF/GC figures); by default the
-    model built from the config is the target.
+    model built from the config is the target. ``fit_params(groups) -> groups`` runs after sizing and
+    before the model is built, so a target with constraints of its own (a QEMU device: CXL memory in
+    256 MiB granules) gets a model of exactly its geometry. ``capacity_owner`` names what fixed the
+    capacity when it is not the replay's to choose (a running VM), for the "too small" errors.
     """
 
     def __init__(self, config: RunConfig, *, progress: Progress | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 target_factory: Callable[[Any], Target] | None = None):
+                 target_factory: Callable[[Any], Target] | None = None,
+                 fit_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 capacity_owner: str | None = None):
         self.cfg = config
         self.progress = progress
         self.should_stop = should_stop or (lambda: False)
         self.target_factory = target_factory
+        self.fit_params = fit_params
+        self.capacity_owner = capacity_owner
 
     # -------------------------------------------------------------------------------- setup
     def prepare(self) -> None:
@@ -297,7 +345,22 @@ class Replay:
                 groups, set(cfg.explicit), peak_live_pages=sc.peak_live_pages, max_object_pages=sc.max_object_pages,
                 fill_ratio=rp.fill_ratio, strict=rp.strict_capacity, zone_streams=zone_streams,
                 gc_free_zones=cfg.layout.gc_free_zones, tier=rp.tier, write_bytes_per_s=rate,
-                write_utilization=rp.write_utilization)
+                write_utilization=rp.write_utilization, owner=self.capacity_owner)
+            if self.fit_params:
+                fitted = self.fit_params(groups)
+                if fitted != groups:  # the target moved the geometry: the sizing record says so
+                    every = {f.name for p in fitted.values() for f in dataclasses.fields(p)}
+                    _, rec = size_device(fitted, every, peak_live_pages=sc.peak_live_pages,
+                                         max_object_pages=sc.max_object_pages, fill_ratio=rp.fill_ratio,
+                                         strict=rp.strict_capacity, zone_streams=zone_streams,
+                                         gc_free_zones=cfg.layout.gc_free_zones, tier=rp.tier)
+                    moved = {k: (cfg.sizing.get(k), rec[k]) for k in ("logical_bytes", "usable_pages", "zones")
+                             if k in rec and cfg.sizing.get(k) != rec[k]}
+                    cfg.sizing.update({k: v for k, (_, v) in moved.items()},
+                                      fill_ratio_effective=rec["fill_ratio_effective"])
+                    cfg.sizing["notes"].append(
+                        "the target needs another geometry: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in moved.items()))
+                    groups = fitted
             cfg.device_params = groups
             cfg.sized = True
         else:
@@ -305,7 +368,12 @@ class Replay:
                                                      "blocks_per_line"},
                         peak_live_pages=sc.peak_live_pages, max_object_pages=sc.max_object_pages,
                         fill_ratio=rp.fill_ratio, strict=rp.strict_capacity, zone_streams=zone_streams,
-                        gc_free_zones=cfg.layout.gc_free_zones, tier=rp.tier)
+                        gc_free_zones=cfg.layout.gc_free_zones, tier=rp.tier, owner=self.capacity_owner)
+            if self.fit_params:
+                groups = self.fit_params(groups)
+                if groups != cfg.device_params:
+                    raise KvbedError("the saved device parameters do not fit the target any more "
+                                     "(a VM would get a different geometry): rerun without --config")
         self.device = self.device_cls(**groups)
         self.target: Target = self.target_factory(self.device) if self.target_factory else self.device
         if self.device.page_bytes != pb:
@@ -481,10 +549,17 @@ class Replay:
 
     # -------------------------------------------------------------------------------- submission
     def _submit(self, ops: dict[str, np.ndarray]) -> np.ndarray:
+        """done_ns of every op; raises TargetStopped if the target failed part-way (see Target)."""
         rp = self.cfg.replay
         if not rp.as_fast_as_possible:
             batch = {k: ops[k] for k in ("op", "lba", "npages", "pid", "arrival_ns")}
-            return self.target.submit(batch).done_ns
+            try:
+                return self.target.submit(batch).done_ns
+            except KvbedError as exc:
+                part = _completed_prefix(exc)
+                if part is None:
+                    raise
+                raise TargetStopped(exc, len(part), part) from None
         # closed loop: each op takes the slot that frees first, never before the previous op's arrival
         n = len(ops["op"])
         done = np.empty(n, np.int64)
@@ -497,7 +572,17 @@ class Replay:
             part_arr = np.maximum.accumulate(np.maximum(slots, self._last_arrival))
             part = {"op": ops["op"][a:b], "lba": ops["lba"][a:b], "npages": ops["npages"][a:b],
                     "pid": ops["pid"][a:b], "arrival_ns": part_arr}
-            d = self.target.submit(part).done_ns
+            try:
+                d = self.target.submit(part).done_ns
+            except KvbedError as exc:
+                got = _completed_prefix(exc)
+                if got is None:
+                    raise
+                k = len(got)
+                done[a:a + k] = got
+                arr[a:a + k] = part_arr[:k]
+                ops["arrival_ns"] = arr
+                raise TargetStopped(exc, a + k, done[:a + k]) from None
             done[a:b] = d
             arr[a:b] = part_arr
             self._last_arrival = int(part_arr[-1])
@@ -525,6 +610,7 @@ class Replay:
         self._t_last_done = 0
         cur_win = 0
         incomplete = False
+        self.failure: str | None = None
         if self.progress:
             self.progress.phase("replay", self.reader.num_rows)
 
@@ -555,7 +641,13 @@ class Replay:
             t0 = time.perf_counter()
             close_until(seg.window)
             ops = seg.ops
-            done = self._submit(ops)
+            try:
+                done = self._submit(ops)
+            except TargetStopped as stop:  # keep what completed, then stop: the result is partial
+                ops = {k: v[: stop.completed] for k, v in ops.items()}
+                done = stop.done
+                self.failure = str(stop.error)
+                incomplete = True
             t1 = time.perf_counter()
             seg_acc[:] = 0
             ev = seg.events
@@ -565,9 +657,12 @@ class Replay:
             self.stage_s["record"] += time.perf_counter() - t1
             win_acc += seg_acc
             self.total_acc += seg_acc
-            if self._t_first_arr is None:
-                self._t_first_arr = int(ops["arrival_ns"][0])
-            self._t_last_done = max(self._t_last_done, int(done.max()))
+            if len(done):
+                if self._t_first_arr is None:
+                    self._t_first_arr = int(ops["arrival_ns"][0])
+                self._t_last_done = max(self._t_last_done, int(done.max()))
+            if self.failure is not None:
+                break
         replay_s = time.perf_counter() - t_replay
         self.last_mark = last_mark
         rows_done = last_mark.row
@@ -619,6 +714,8 @@ class Replay:
         mk = self.last_mark
         lay = mk.layout  # the layout as of the last event replayed (the producer may have run ahead)
         user_pages = lay["pages_written"]
+        if self.failure is not None:  # the target stopped inside an event: count the writes that completed
+            user_pages = int(self.total_acc[0])
         host_pages = c.get("host_pages_written", user_pages + lay.get("gc_relocated_pages", 0))
         media_pages = c.get("media_pages_written", host_pages)
         runtime_ns = max(0, self._t_last_done - (self._t_first_arr or 0))
@@ -695,6 +792,8 @@ class Replay:
         }
         if incomplete:
             result["stopped_at_row"] = int(rows_done)
+        if self.failure is not None:
+            result["error"] = self.failure
         lat_rows = []
         for name, h in hist.items():
             nz = np.flatnonzero(h.h[:NBUCKETS])

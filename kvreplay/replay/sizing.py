@@ -150,11 +150,13 @@ def _parallelism(groups: dict[str, Any], explicit: set[str], write_bytes_per_s: 
 
 def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: int, max_object_pages: int,
                 fill_ratio: float, strict: bool, zone_streams: int = 0, gc_free_zones: int = 0,
-                tier: str = "ssd", write_bytes_per_s: float = 0.0,
-                write_utilization: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+                tier: str = "ssd", write_bytes_per_s: float = 0.0, write_utilization: float = 0.0,
+                owner: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return the device param groups with capacity (and line size) filled in, and a sizing record.
 
-    ``explicit`` holds the field names the user set (bare and ``group.field``).
+    ``explicit`` holds the field names the user set (bare and ``group.field``). ``owner`` names what
+    fixed the capacity if the replay may not change it (a running VM): the "too small" errors then say
+    how to get a bigger one there.
     """
     groups = dict(groups)
     pb = page_bytes_of(groups)
@@ -225,15 +227,24 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
     rec["logical_bytes"] = int(logical)
     rec["usable_pages"] = int(usable)
     rec["fill_ratio_effective"] = peak_live_pages / usable if usable else math.inf
+    what = f"{owner} is" if owner else "device"
     if max_object_pages > usable:
         raise KvbedError(
-            f"device too small: its largest object needs {max_object_pages} units of {_human(pb)} but the "
-            f"device holds {usable} (logical {_human(logical)})")
+            f"{what} too small: the trace's largest object needs {max_object_pages} units of {_human(pb)} but the "
+            f"{'namespace' if owner else 'device'} holds {usable} (logical {_human(logical)})")
     if strict and peak_live_pages > usable:
+        if owner:
+            need = _human(math.ceil(peak_live_pages / max(usable, 1) * logical / MiB) * MiB)
+            fix = (f"start a VM with {cap_field} of at least ~{need} (`kvbed up ... {cap_field}=...`), or drop "
+                   f"--vm for a VM sized from the trace, or --param strict_capacity=false to let the layout "
+                   f"evict by the tier's policy")
+        else:
+            fix = (f"raise {cap_field}, or --param strict_capacity=false to let the layout evict by the tier's "
+                   f"policy")
         raise KvbedError(
-            f"device too small for the live data: tier {tier} peaks at {_human(peak_live_pages * pb)} "
-            f"({peak_live_pages} units of {_human(pb)}) but the device holds {_human(usable * pb)}; "
-            f"raise logical_bytes, or --param strict_capacity=false to let the layout evict by the tier's policy")
+            f"{what} too small for the live data: tier {tier} peaks at {_human(peak_live_pages * pb)} "
+            f"({peak_live_pages} units of {_human(pb)}) but the {'namespace' if owner else 'device'} holds "
+            f"{_human(usable * pb)}; {fix}")
     return groups, rec
 
 

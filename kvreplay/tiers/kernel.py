@@ -187,7 +187,7 @@ def pol_touch(Q, S, P, t, k):
         S[t, k, S_F] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pol_remove(Q, S, t, k):
     """Drop k from whatever queue holds it (ghost included)."""
     w = S[t, k, S_W]
@@ -463,14 +463,11 @@ def _invalidate_scope(Q, S, OA, CT, EV, sc, cap, scope_keys, scope_off, s, ts, G
         for t in range(NT):
             if cap[t] <= 0:
                 continue
-            w = S[t, k, S_W]
-            if w == W_SMALL or w == W_MAIN:
-                _unlink(Q, S, t, w - 1, k, S[t, k, S_CB])
-                S[t, k, S_W] = W_NONE
+            present = _present(S, t, k)
+            pol_remove(Q, S, t, k)  # a ghost entry goes too
+            if present:
                 _end_copy(EV, sc, OA, CT, S, t, k, ts, -1, -1, OP_INVALIDATE)
                 G[G_INV_EVENTS] += 1
-            elif w == W_GHOST:
-                pol_remove(Q, S, t, k)
         i += 1
     sc[SC_INV_POS] = 0
     return True
@@ -522,10 +519,8 @@ def _expire_one(Q, S, OA, CT, EV, sc, cap, ttl_ns, ex, ex_head, ex_tail, g, G):
     for t in range(NT):
         if cap[t] <= 0:
             continue
-        w = S[t, k, S_W]
-        if w == W_SMALL or w == W_MAIN:
-            _unlink(Q, S, t, w - 1, k, S[t, k, S_CB])
-            S[t, k, S_W] = W_NONE
+        if _present(S, t, k):
+            pol_remove(Q, S, t, k)
             CT[t, CT_EXPIRED] += 1
             CT[t, CT_EXPIRED_BYTES] += OA[S[t, k, S_OI], OA_NBYTES]
             _end_copy(EV, sc, OA, CT, S, t, k, ts, -1, -1, OP_DELETE)

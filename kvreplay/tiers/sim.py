@@ -61,6 +61,7 @@ from kvreplay.tiers.chunking import chunk_requests
 from kvreplay.tiers.geometry import DEFAULT_MODEL, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
 from testbed.errors import KvbedError
+from testbed.params import name_value_pairs, nonneg_number
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -149,17 +150,8 @@ class TierSimParams:
     def tenant_ttls(self) -> tuple[float, dict[str, float]]:
         if self.ttl_s < 0:
             raise KvbedError(f"ttl_s must be >= 0, got {self.ttl_s}")
-        per: dict[str, float] = {}
-        for item in filter(None, (s.strip() for s in self.ttl_tenants.split(","))):
-            if "=" not in item:
-                raise KvbedError(f"ttl_tenants: expected tenant=seconds, got {item!r}")
-            ten, val = (s.strip() for s in item.split("=", 1))
-            try:
-                per[ten] = float(val)
-            except ValueError:
-                raise KvbedError(f"ttl_tenants: {ten}={val!r} is not a number of seconds") from None
-            if per[ten] < 0:
-                raise KvbedError(f"ttl_tenants: {ten} must be >= 0")
+        pairs = name_value_pairs(self.ttl_tenants, "ttl_tenants", "tenant=seconds")
+        per = {ten: nonneg_number("ttl_tenants", ten, val, "a number of seconds") for ten, val in pairs}
         return self.ttl_s, per
 
     def tenant_kinds(self) -> tuple[str, dict[str, str]]:
@@ -168,12 +160,8 @@ class TierSimParams:
                 raise KvbedError(f"unknown SSD kind {kind!r} (choose from: {', '.join(SSD_KINDS)})")
             return kind
 
-        per: dict[str, str] = {}
-        for item in filter(None, (s.strip() for s in self.ssd_kind_tenants.split(","))):
-            if "=" not in item:
-                raise KvbedError(f"ssd_kind_tenants: expected tenant=kind, got {item!r}")
-            ten, kind = (s.strip() for s in item.split("=", 1))
-            per[ten] = check(kind)
+        pairs = name_value_pairs(self.ssd_kind_tenants, "ssd_kind_tenants", "tenant=kind")
+        per = {ten: check(kind) for ten, kind in pairs}
         return check(self.ssd_kind), per
 
 

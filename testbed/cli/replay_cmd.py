@@ -5,6 +5,13 @@ Options of ``replay`` are generated from :class:`kvreplay.replay.params.ReplayPa
 device parameter dataclasses is a ``--param k=v`` (units accepted: ``ru_bytes=1GiB``,
 ``op_ratio=7%``, ``half_life_ns=30s``). ``--config RUN/config.json`` reruns a
 finished run exactly.
+
+``--target vm`` runs the same ops through a QEMU guest (``testbed.vm.replay``):
+on ``--vm NAME`` (a VM from ``kvbed up``, whose geometry the replay adopts) or
+on an ephemeral VM sized from the trace and torn down afterwards. Exit status:
+0 done; 1 a VM cross-check failed (run written, each failure on one stderr
+line); 2 bad input or a VM that failed during the run (one line; the completed
+part is written as a partial result).
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ def _param_epilog() -> str:
     from kvreplay.hints.noisy_oracle import NoisyOracleParams
     from kvreplay.hints.predicted import PredictedParams
     from kvreplay.replay.params import LayoutParams
+    from testbed.vm.qemu import VmParams
+    from testbed.vm.replay import VmLinkParams
 
     names = lambda c, skip=(): ", ".join(x.name for x in dataclasses.fields(c) if x.name not in skip)  # noqa: E731
     cli_fields = {x.name for x in dataclasses.fields(ReplayParams) if x.metadata.get("cli")}
@@ -79,8 +88,16 @@ def _param_epilog() -> str:
         f"  predicted: {names(PredictedParams)}\n"
         f"  flash (conv/fdp/zns): {names(FlashParams)}\n"
         f"  fdp: {names(FdpParams)}; zns: {names(ZnsParams)}; cxl: {names(CxlParams)}\n"
+        f"  --target vm: {names(VmParams)} (ephemeral VM only); {names(VmLinkParams)}\n"
         "Defaults: 1 MiB mapping unit, full-stripe RUs/zones, capacity = peak live data / fill ratio,\n"
-        "dies raised until the busiest second of writes fits (see kvreplay/replay/sizing.py)."
+        "dies raised until the busiest second of writes fits (see kvreplay/replay/sizing.py).\n"
+        "--vm NAME: the VM's namespace size, page, FDP/ZNS/CXL geometry are fixed at `kvbed up`;\n"
+        "other device fields (timing, channels, op_ratio, GC) shape the model that gives WAF/GC/erases.\n"
+        "Ephemeral VM: sized like an embedded run; namespace on QEMU null-co (backing=null: no host disk,\n"
+        "reads return zeros) unless backing=file. result.json `sources` says where each figure comes from\n"
+        "(guest: latency; device log: FDP host bytes; model: WAF/GC/erases).\n"
+        "Exit status: 0 done; 1 a VM cross-check failed (one stderr line each); 2 bad input, or the VM\n"
+        "failed mid-run (the completed part is written as a partial result)."
     )
 
 
@@ -150,6 +167,12 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
                    "classes=4 logical_bytes=2TiB (repeatable)")
+@click.option("--target", "target", type=click.Choice(["embedded", "vm"]), default=None,
+              help="where the ops go: the embedded device model, or a QEMU VM (guest kernel + emulated device; "
+                   "the model of the same geometry still gives WAF/GC) [default: embedded; vm with --vm]")
+@click.option("--vm", "vm_name", default=None, metavar="NAME",
+              help="--target vm on this running VM (`kvbed up`); without it an ephemeral VM sized from the trace "
+                   "is started and torn down")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="rerun a finished run from its config.json (other options must not be given)")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -158,23 +181,30 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary table")
 @click.option("--json", "as_json", is_flag=True, help="print the job summary as JSON")
 def replay(trace: str | None, device: str | None, hints: str | None, params: tuple[str, ...],
-           config_path: Path | None, out: Path | None, no_plots: bool, quiet: bool, as_json: bool,
-           **options: Any) -> None:
-    """Replay the TRACE's tier (default ssd) on an embedded device model with a placement-hint policy.
+           target: str | None, vm_name: str | None, config_path: Path | None, out: Path | None, no_plots: bool,
+           quiet: bool, as_json: bool, **options: Any) -> None:
+    """Replay the TRACE's tier (default ssd) on a device with a placement-hint policy: an embedded device
+    model, or (--target vm) a QEMU guest whose emulated device gets the same ops as NVMe commands.
 
     \b
     Examples:
       kvbed replay sample.parquet --device fdp --hints oracle -o results/oracle
       kvbed replay mc.parquet --device zns --hints predicted --param fill_ratio=1.0
       kvbed replay --config results/oracle/config.json -o results/oracle-again
+      kvbed replay sample.parquet --target vm --device fdp --hints oracle   # ephemeral VM
+      kvbed up --device fdp --name f0 logical_bytes=8GiB && kvbed replay sample.parquet --vm f0
     """
     from kvreplay.replay.engine import Replay, RunConfig, build_config
     from testbed.results import check_out_dir, write_run
 
     given = {k: v for k, v in options.items() if v is not None}
+    if vm_name is not None and target == "embedded":
+        raise KvbedError("--vm runs on a VM: it needs --target vm (or no --target)")
+    on_vm = target == "vm" or vm_name is not None
     if config_path is not None:
-        if trace or device or hints or params or given:
-            raise KvbedError("--config reruns a saved run: give no TRACE, --device, --hints, --param or replay options")
+        if trace or device or hints or params or given or target or vm_name:
+            raise KvbedError("--config reruns a saved run: give no TRACE, --device, --hints, --param, --target, "
+                             "--vm or replay options")
         try:
             raw = json.loads(config_path.read_text())
         except FileNotFoundError:
@@ -182,16 +212,30 @@ def replay(trace: str | None, device: str | None, hints: str | None, params: tup
         except ValueError as exc:
             raise KvbedError(f"not valid JSON ({exc})", where=str(config_path)) from None
         cfg = RunConfig.from_dict(raw, where=str(config_path))
+        on_vm = (cfg.target or {}).get("kind") == "vm"
     else:
         if not trace:
             raise KvbedError("missing TRACE (or --config RUN/config.json)")
         if "time_scale" in given and given.get("as_fast_as_possible"):
             raise KvbedError("--time-scale and --as-fast-as-possible exclude each other")
-        cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
-    out = check_out_dir(out or _default_out(cfg.trace, cfg.device, cfg.hints, cfg.replay.seed))
+        if on_vm:
+            from testbed.vm.replay import build_vm_config
+
+            cfg = build_vm_config(trace, device, hints or "none", list(params), given, vm=vm_name)
+        else:
+            cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
+    out = check_out_dir(out or _default_out(cfg.trace, cfg.device + ("-vm" if on_vm else ""), cfg.hints,
+                                            cfg.replay.seed))
 
     with _interruptible() as should_stop, _progress(not quiet) as prog:
-        parts = Replay(cfg, progress=prog, should_stop=should_stop).run()
+        if on_vm:
+            from testbed.vm.replay import replay_vm
+
+            con = _console(err=True)
+            log = (lambda s: None) if quiet else (lambda s: con.print(f"[dim]{s}[/dim]"))
+            parts = replay_vm(cfg, progress=prog, should_stop=should_stop, log=log)
+        else:
+            parts = Replay(cfg, progress=prog, should_stop=should_stop).run()
     run_dir = write_run(out, parts)
     if not no_plots:
         from testbed.plots import make_run_plots
@@ -202,9 +246,17 @@ def replay(trace: str | None, device: str | None, hints: str | None, params: tup
         click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
     elif not quiet:
         _print_summary(_console(), job, parts, run_dir)
-    if parts["result"]["incomplete"]:
-        click.echo(f"kvbed: partial result (stopped at row {parts['result'].get('stopped_at_row')}) in {run_dir}",
-                   err=True)
+    res = parts["result"]
+    if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
+        raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
+    if res["incomplete"]:
+        click.echo(f"kvbed: partial result (stopped at row {res.get('stopped_at_row')}) in {run_dir}", err=True)
+    failed = [c for c in (res.get("vm") or {}).get("cross_checks") or [] if not c["ok"]]
+    for c in failed:
+        click.echo(f"kvbed: cross-check FAILED: {c['check']}: expected {c['expected']}, observed {c['observed']} "
+                   f"({run_dir / 'result.json'})", err=True)
+    if failed:
+        click.get_current_context().exit(1)
 
 
 def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +269,8 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
         "write_p99_ns": pct(job.get("write"), "99.000000"),
         "incomplete": parts["result"]["incomplete"],
         "wall_s": parts["runtime"]["wall_s"],
+        **({"target": "vm", "cross_checks_ok": parts["result"]["vm"]["cross_checks_ok"],
+            "sources": parts["result"]["sources"]} if "vm" in parts["result"] else {}),
     }
 
 
@@ -251,6 +305,22 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     rt = parts["runtime"]
     t.add_row("events", f"{job['events']['rows_replayed']:,} in {rt['wall_s']:.1f} s "
                         f"({rt['rows_per_s'] or 0:,.0f} events/s)" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
+    vm = res.get("vm")
+    if vm:
+        tg, rv = res["target"], parts["runtime"].get("vm") or {}
+        t.add_row("VM", f"{tg['vm']} ({tg['device']}, {tg['accel']}{', ephemeral' if tg['ephemeral'] else ''}); "
+                        f"latency from the guest, host bytes from the {job['sources']['host_bytes_written']}, "
+                        f"WAF/GC/erases from the model")
+        if rv.get("submit_s"):
+            t.add_row("through the guest", f"{rv['ops']:,} ops, {rv['commands']:,} device commands in {rv['submit_s']:.1f} s "
+                                           f"({rv['mb_per_s'] or 0:,.0f} MB/s, {rv['commands_per_s'] or 0:,.0f} cmds/s)")
+        checks = vm["cross_checks"]
+        if checks:
+            bad = [c["check"] for c in checks if not c["ok"]]
+            t.add_row("cross-checks", f"{len(checks) - len(bad)}/{len(checks)} ok" +
+                      (f" [red]FAILED: {', '.join(bad)}[/red]" if bad else ""))
+        elif vm.get("cross_checks_skipped"):
+            t.add_row("cross-checks", f"skipped: {vm['cross_checks_skipped']}")
     t.add_row("run directory", str(run_dir))
     con.print(t)
 

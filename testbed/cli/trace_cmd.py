@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.errors import KvbedError
+from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
 from testbed.params import field_types, split_overrides, with_overrides
 
 # --------------------------------------------------------------------------- helpers
@@ -48,31 +49,6 @@ def _progress(what: str) -> Iterator[Any]:
             prog.update(task, completed=done, total=total)
 
         yield update
-
-
-def fmt_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, div in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= div:
-            return f"{ns / div:.2f} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def _opt_name(field_name: str) -> str:

@@ -6,5 +6,7 @@
 - :mod:`testbed.vm.vm`: lifecycle (up, attach, status, down) with a state directory per VM;
 - :mod:`testbed.vm.client`: the host side of the agent protocol, with timeouts and liveness;
 - :mod:`testbed.vm.target`: ``VmTarget``, what a replay submits op batches to;
-- :mod:`testbed.vm.checks`: cross-checks of the op stream against the device's log pages.
+- :mod:`testbed.vm.checks`: cross-checks of the op stream against the device's log pages;
+- :mod:`testbed.vm.replay`: ``kvbed replay --target vm``: the replay's ops through a VM, the model of
+  the VM's geometry for WAF/GC, collectors and cross-checks in the run directory.
 """

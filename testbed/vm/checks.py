@@ -110,6 +110,7 @@ class FdpTracker:
         self.max_cmd = int(info["max_cmd_lbas"])
         self.ru_lbas = int(before["fdp_configs"]["configs"][0]["ru_bytes"]) // self.lba_bytes
         self.ruamw = np.array([r["ruamw_lbas"] for r in before["ruh_status"]], np.int64)
+        self.ruamw_one = self.ruamw.copy()  # the same stream with every write on placement id 0
         self.host = self.extra = self.swaps = 0
         self.bytes_by_pid = np.zeros(len(self.ruamw), np.int64)
 
@@ -118,6 +119,7 @@ class FdpTracker:
         op, pid, npg = _head(ops, n, "op", np.int8), _head(ops, n, "pid"), _head(ops, n, "npages")
         ok = _ok(completion)
         h, e, s = fdp_predict(op, npg, pid, ok, self.ruamw, self.ru_lbas, self.max_cmd, self.lpp)
+        fdp_predict(op, npg, np.zeros_like(pid), ok, self.ruamw_one, self.ru_lbas, self.max_cmd, self.lpp)
         self.host += int(h)
         self.extra += int(e)
         self.swaps += int(s)
@@ -133,6 +135,7 @@ class FdpTracker:
         media = (self.host + self.extra) * self.lba_bytes
         expected_ruamw = [int(x) for x in self.ruamw]
         observed_ruamw = [int(r["ruamw_lbas"]) for r in after["ruh_status"]]
+        one = [int(x) for x in self.ruamw_one]
         return [
             {"check": "fdp_host_bytes_written", "ok": d_hbmw == host_bytes, "expected": host_bytes,
              "observed": d_hbmw, "note": "FDP statistics log HBMW delta vs bytes the agent wrote"},
@@ -141,7 +144,9 @@ class FdpTracker:
             {"check": "ruh_available_media_writes", "ok": expected_ruamw == observed_ruamw,
              "expected": expected_ruamw, "observed": observed_ruamw,
              "bytes_written_by_pid": {str(p): int(v) for p, v in enumerate(self.bytes_by_pid)},
-             "note": "RUH status RUAMW (LBAs) per placement id after the stream, predicted from it"},
+             "single_handle_would_give": one, "distinguishes_placement_ids": one != expected_ruamw,
+             "note": "RUH status RUAMW (LBAs) per placement id after the stream, predicted from it; "
+                     "distinguishes_placement_ids: the same stream on one handle would have left another status"},
         ]
 
 

@@ -34,6 +34,10 @@ class VmParams:
     cpus: int = 2
     mdts_bytes: int = 512 * KiB  # NVMe maximum data transfer size (QEMU mdts = log2(mdts_bytes / 4 KiB))
     zasl_bytes: int = 0  # ZNS zone append size limit; 0 = same as mdts_bytes
+    # NVMe namespace storage: "file" = a sparse raw file in the VM's state directory (data kept, reads
+    # return it; host disk grows with the data written and shrinks on deallocate); "null" = QEMU's null-co
+    # driver with read-zeroes=on (nothing stored: any namespace size costs no host disk, reads return zeros)
+    backing: str = "file"
 
     def validate(self) -> "VmParams":
         if self.mem_bytes < 256 * MiB or self.mem_bytes % MiB:
@@ -48,7 +52,12 @@ class VmParams:
                 raise KvbedError(f"{f} must be a power of two between 4 KiB and 256 MiB, got {v}")
         if self.zasl_bytes > self.mdts_bytes:
             raise KvbedError(f"zasl_bytes ({self.zasl_bytes}) exceeds mdts_bytes ({self.mdts_bytes})")
+        if self.backing not in BACKINGS:
+            raise KvbedError(f"backing must be one of {', '.join(BACKINGS)}, got {self.backing!r}")
         return self
+
+
+BACKINGS = ("file", "null")
 
 
 @dataclass(frozen=True)
@@ -112,9 +121,13 @@ class _NvmeDevice(VmDevice):
                              f"(larger pages span several 4 KiB NVMe blocks), got {pb}")
 
     def disk_bytes(self, p):
-        return p["flash"].logical_bytes
+        return p["flash"].logical_bytes if p["vm"].backing == "file" else 0
 
-    def _drive(self, paths: VmPaths, drive_id: str) -> list[str]:
+    def _drive(self, p, paths: VmPaths, drive_id: str) -> list[str]:
+        if p["vm"].backing == "null":
+            return ["-drive", f"driver=null-co,size={p['flash'].logical_bytes},read-zeroes=on,if=none,id={drive_id}"]
+        if paths.disk is None:
+            raise KvbedError("backing=file needs the namespace's backing file")
         return ["-drive", f"file={paths.disk},if=none,id={drive_id},format=raw,cache=unsafe,discard=unmap"]
 
     @staticmethod
@@ -134,7 +147,7 @@ class ConvDevice(_NvmeDevice):
     param_classes = {"flash": FlashParams, "vm": VmParams}
 
     def device_args(self, p, paths):
-        return self._drive(paths, "nvm0") + [
+        return self._drive(p, paths, "nvm0") + [
             "-device", f"nvme,id=nvme0,serial=kvbedconv0,mdts={_log2_pages(p['vm'].mdts_bytes)},bus=pcie.0",
             "-device", f"nvme-ns,drive=nvm0,bus=nvme0,nsid=1,{self._lbs(p)}",
         ]
@@ -160,7 +173,7 @@ class FdpDevice(_NvmeDevice):
 
     def device_args(self, p, paths):
         fd = p["fdp"]
-        return self._drive(paths, "nvm0") + [
+        return self._drive(p, paths, "nvm0") + [
             "-device", f"nvme-subsys,id=subsys0,fdp=on,fdp.runs={_bytes_arg(fd.ru_bytes)},fdp.nrg={fd.nrg},fdp.nruh={fd.nruh}",
             "-device", f"nvme,id=nvme0,serial=kvbedfdp0,subsys=subsys0,mdts={_log2_pages(p['vm'].mdts_bytes)},bus=pcie.0",
             "-device", f"nvme-ns,drive=nvm0,bus=nvme0,nsid=1,{self._lbs(p)},fdp.ruhs=0-{fd.nruh - 1}",
@@ -190,7 +203,7 @@ class ZnsDevice(_NvmeDevice):
     def device_args(self, p, paths):
         z, vm = p["zns"], p["vm"]
         zasl = _log2_pages(vm.zasl_bytes) if vm.zasl_bytes else 0
-        return self._drive(paths, "nvm0") + [
+        return self._drive(p, paths, "nvm0") + [
             "-device", f"nvme,id=nvme0,serial=kvbedzns0,mdts={_log2_pages(vm.mdts_bytes)},zoned.zasl={zasl},bus=pcie.0",
             "-device", (f"nvme-ns,drive=nvm0,bus=nvme0,nsid=1,{self._lbs(p)},zoned=true,"
                         f"zoned.zone_size={_bytes_arg(z.zone_bytes)},zoned.zone_capacity={_bytes_arg(z.zone_cap_bytes)},"

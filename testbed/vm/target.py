@@ -83,6 +83,11 @@ class VmTarget:
         self._group = 0
         self._last_counters: dict[str, Any] = {}
         h, _ = self.client.request("hello", timeout_s=reply_timeout_s)
+        token = self.vm.state.token
+        if token and h.get("token") != token:
+            self.client.close()
+            raise AgentError(f"VM {self.vm.name}: port {self.vm.port} answers, but not with this VM's agent "
+                             f"(token {h.get('token')!r})")
         if h.get("setup_error"):
             raise AgentError(f"VM {self.vm.name}: device setup failed in the guest: {h['setup_error']}")
         self.hello = h
@@ -180,7 +185,7 @@ class VmTarget:
         """fio-shaped summary from the guest: latency percentiles per op type and the agent's counters."""
         h = self.histograms()
         return {"source": "vm", "vm": self.vm.name, "device": self.vm.device, "accel": self.vm.state.accel,
-                "latency": h, "counters": self.counters(), "bytes_written_by_pid": self._by_pid()}
+                "latency": h, "counters": self.counters(), "bytes_written_by_pid": self.bytes_written_by_pid()}
 
     # --- collectors --------------------------------------------------------------------------------
     def logs(self, names: list[str] | None = None) -> dict[str, Any]:
@@ -214,7 +219,7 @@ class VmTarget:
             "logs": self.logs(),
             "latency": self.histograms(),
             "counters": self.counters(),
-            "bytes_written_by_pid": self._by_pid(),
+            "bytes_written_by_pid": self.bytes_written_by_pid(),
         }
         if run_dir is not None:
             write_json(Path(run_dir) / "vm.json", out)
@@ -224,7 +229,8 @@ class VmTarget:
         self.client.request("reset", timeout_s=self.reply_timeout_s)
         self._last_counters = {}
 
-    def _by_pid(self) -> dict[str, int]:
+    def bytes_written_by_pid(self) -> dict[str, int]:
+        """Bytes the agent wrote with each placement id (as of the last reply)."""
         return {k: int(v) for k, v in ((self._last_counters or {}).get("bytes_written_by_pid") or {}).items()}
 
     # --- fault injection (tests) ----------------------------------------------------------------------

@@ -8,10 +8,12 @@ console log as ``<state_dir>/.failed-<name>.log`` and raises one line saying why
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -77,6 +79,7 @@ class Vm:
     def __init__(self, st: state.VmState, proc: subprocess.Popen | None = None):
         self.state = st
         self.proc = proc
+        self._die_with_parent = False
 
     # --- identity ---------------------------------------------------------------
     @property
@@ -130,7 +133,10 @@ class Vm:
     @classmethod
     def up(cls, device: str, *, name: str | None = None, overrides=(), params: dict[str, Any] | None = None,
            accel: str = "auto", port: int | None = None, boot_timeout_s: float = DEFAULT_BOOT_TIMEOUT_S,
-           log: Callable[[str], None] | None = None, qemu_bin: str = qemu.QEMU_BIN) -> "Vm":
+           log: Callable[[str], None] | None = None, qemu_bin: str = qemu.QEMU_BIN,
+           die_with_parent: bool = False) -> "Vm":
+        """Start a VM. ``die_with_parent``: QEMU gets SIGKILL when the calling thread's process ends (an
+        ephemeral VM must not outlive a ``kvbed replay`` that was killed); call it from the main thread."""
         log = log or (lambda s: None)
         p = params if params is not None else qemu.resolve_params(device, overrides)
         qemu.device(device).validate(p)
@@ -159,6 +165,7 @@ class Vm:
                            token=secrets.token_hex(6))
         st.save()
         vm = cls(st)
+        vm._die_with_parent = die_with_parent
         try:
             vm._prepare_disks(img, p)
             attempts = 3 if port is None else 1
@@ -220,7 +227,8 @@ class Vm:
         log(f"starting VM {st.name} ({st.device}, {st.accel}) on 127.0.0.1:{port}")
         with open(st.file("qemu.log"), "wb") as qlog:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT,
-                                         start_new_session=True, close_fds=True)
+                                         start_new_session=True, close_fds=True,
+                                         preexec_fn=_die_with_parent(os.getpid()) if self._die_with_parent else None)
         st.pid = self.proc.pid
         st.pid_start = state.proc_start_ticks(self.proc.pid) or 0
         st.save()
@@ -310,6 +318,17 @@ class Vm:
 
 class _PortTaken(Exception):
     pass
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """preexec_fn: SIGKILL this child when its parent goes (Linux PR_SET_PDEATHSIG), even by SIGKILL."""
+    def setup() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
 
 
 def status() -> list[dict]:
