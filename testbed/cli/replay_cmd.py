@@ -29,6 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvreplay.replay.params import ReplayParams
+from testbed.cli.console import console
 from testbed.errors import KvbedError
 
 
@@ -46,10 +47,7 @@ def _hint_names() -> list[str]:
 
 
 def _console(err: bool = False) -> Console:
-    con = Console(file=click.get_text_stream("stderr" if err else "stdout"))
-    if not con.is_terminal:
-        con.width = max(con.width, 160)
-    return con
+    return console(err)
 
 
 def _replay_options(f: Callable) -> Callable:

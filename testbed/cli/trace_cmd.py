@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from testbed.cli.console import console
 from testbed.errors import KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
 from testbed.params import field_types, split_overrides, with_overrides
@@ -27,14 +28,11 @@ from testbed.params import field_types, split_overrides, with_overrides
 
 
 def _out() -> Console:
-    con = Console(file=click.get_text_stream("stdout"))
-    if not con.is_terminal:
-        con.width = max(con.width, 160)  # files and pipes get the full table, not an 80-column squeeze
-    return con
+    return console()
 
 
 def _err() -> Console:
-    return Console(file=click.get_text_stream("stderr"))
+    return Console(stderr=True)
 
 
 @contextmanager
