@@ -123,6 +123,17 @@ def nvme_status(result_rc: int) -> int:
     return result_rc & 0x7FF
 
 
+
+def _passthru(fd: int, request: int, layout: struct.Struct, cmd: bytearray, what: str) -> int:
+    """Run one passthrough ioctl; the command's result field (last member) on success, NvmeError otherwise."""
+    try:
+        rc = fcntl.ioctl(fd, request, cmd, True)
+    except OSError as exc:
+        raise NvmeError(what, -exc.errno) from None
+    if rc:
+        raise NvmeError(what, nvme_status(rc))
+    return layout.unpack_from(cmd)[-1]
+
 class NvmeDevice:
     """One namespace (block node for I/O) and its controller (char node for admin)."""
 
@@ -144,26 +155,14 @@ class NvmeDevice:
         cmd = self._cmd64
         CMD64.pack_into(cmd, 0, opcode, 0, 0, self.nsid, 0, 0, 0, addr, 0, data_len,
                         cdw10, cdw11, cdw12, cdw13, cdw14, cdw15, 0, 0, 0)
-        try:
-            rc = fcntl.ioctl(self.fd, NVME_IOCTL_IO64_CMD, cmd, True)
-        except OSError as exc:
-            raise NvmeError(f"opcode 0x{opcode:02x}", -exc.errno) from None
-        if rc:
-            raise NvmeError(f"opcode 0x{opcode:02x}", nvme_status(rc))
-        return CMD64.unpack_from(cmd)[-1]
+        return _passthru(self.fd, NVME_IOCTL_IO64_CMD, CMD64, cmd, f"opcode 0x{opcode:02x}")
 
     def admin(self, opcode: int, buf: DmaBuffer | None, data_len: int, *, nsid: int = 0, cdw10=0, cdw11=0,
               cdw12=0, cdw13=0, cdw14=0, cdw15=0) -> int:
         cmd = self._cmd32
         CMD32.pack_into(cmd, 0, opcode, 0, 0, nsid, 0, 0, 0, buf.addr if buf else 0, 0, data_len,
                         cdw10, cdw11, cdw12, cdw13, cdw14, cdw15, 0, 0)
-        try:
-            rc = fcntl.ioctl(self.cfd, NVME_IOCTL_ADMIN_CMD, cmd, True)
-        except OSError as exc:
-            raise NvmeError(f"admin opcode 0x{opcode:02x}", -exc.errno) from None
-        if rc:
-            raise NvmeError(f"admin opcode 0x{opcode:02x}", nvme_status(rc))
-        return CMD32.unpack_from(cmd)[-1]
+        return _passthru(self.cfd, NVME_IOCTL_ADMIN_CMD, CMD32, cmd, f"admin opcode 0x{opcode:02x}")
 
     # --- data commands (one command each; callers split) ---------------------
     def write(self, slba: int, nlb: int, addr: int, *, dspec: int | None = None) -> None:
