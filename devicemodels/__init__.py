@@ -28,10 +28,11 @@ k x pages_per_block NAND pages, so its erase costs ``block_erase_ns`` per ``nand
 of them (FEMU: 1 MiB units with pages_per_block=1 erase in one 2 ms block erase).
 
 Numba cache note: kernels are ``@njit(cache=True)``; numba keys a cached kernel on its own
-file only, so after editing a module a kernel imports from (histogram.py, ftl_state.py,
-ftl_kernel.py helpers) clear the cache (``rm -rf .cache/numba`` and ``__pycache__/*.nb?``).
+file only, so :mod:`testbed.numbacache` keeps one cache directory per fingerprint of the kernel
+sources: editing a module a kernel imports from (histogram.py, ftl_state.py) recompiles.
 """
 
+import testbed  # noqa: F401  (keys numba's kernel cache before any kernel compiles)
 from devicemodels.base import DEVICES, GC_POLICIES  # noqa: F401
 from devicemodels import gc_policies  # noqa: F401  (registers GC policies)
 from devicemodels import conv, cxl, cxl_ssd, fdp, zns  # noqa: F401  (register devices)

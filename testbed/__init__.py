@@ -6,3 +6,7 @@ try:
     __version__ = _dist_version("kvbed")
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.1.0+src"
+
+from testbed import numbacache as _numbacache
+
+_numbacache.configure()
