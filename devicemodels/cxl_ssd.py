@@ -240,6 +240,9 @@ class CxlSsdDevice(DeviceModel):
             "counters": c,
             "latency": latency_by_op(self.hist, pb, {"read": c["host_pages_read"], "write": c["host_pages_written"],
                                                       "trim": c["host_pages_trimmed"]}),
-            "flash": {k: flash[k] for k in ("waf", "gc", "wear", "latency")},
+            # GC and wear are the NAND backend's, at top level as on every flash device
+            "gc": flash["gc"],
+            "wear": flash["wear"],
+            "flash": {k: flash[k] for k in ("waf", "latency")},
             "timing": True,
         }

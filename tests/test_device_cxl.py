@@ -1,5 +1,6 @@
 """CXL type-3 memory: fixed access latency plus a bandwidth-limited link queue."""
 
+import numpy as np
 import pytest
 
 from devicemodels import DEVICES
@@ -63,3 +64,15 @@ def test_cxl_ssd_trim_drops_cached_pages():
     cnt = d.counters()
     assert cnt["cache_read_misses"] == 1 and cnt["cache_writebacks"] == 0
     assert d.backend.counters()["host_pages_trimmed"] == 8
+
+
+def test_cxl_ssd_reports_its_nand_gc_and_wear_like_every_flash_device():
+    d = _cxl_ssd()
+    # 40x the 4096 logical pages of random overwrites through a 16-page cache: the NAND behind it must GC
+    rng = np.random.default_rng(1)
+    n = 40 * d.logical_pages
+    d.submit(ops(*[(OP_WRITE, int(x), 1, 0, i * 50_000) for i, x in enumerate(rng.integers(0, d.logical_pages, n))]))
+    s = d.stats()
+    assert s["gc"]["runs"] > 0 and s["gc"]["pages_moved"] > 0
+    assert s["gc"]["runs"] == d.counters()["gc_runs"]
+    assert s["wear"]["erase_count_max"] >= 1
