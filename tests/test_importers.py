@@ -58,6 +58,11 @@ def test_mooncake_small_file(tmp_path):
         ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}, "line 2: Expected `int`, got `str`"),
         ({"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}, "line 2: input_length must be >= 0"),
         ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}, "line 2: more hash_ids"),
+        # JSON integers have no size limit; the columns are int64
+        ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [2**64 - 1]},
+         "line 2: Expected `int` <= 9223372036854775807 - at `$.hash_ids[0]`"),
+        ({"timestamp": 0, "input_length": 10**20, "output_length": 1, "hash_ids": [1]},
+         "line 2: Expected `int` <= 9223372036854775807 - at `$.input_length`"),
     ],
 )
 def test_mooncake_bad_lines(tmp_path, bad, message):
@@ -110,6 +115,12 @@ def test_alibaba_sessions_and_tenants(tmp_path):
 def test_alibaba_bad_type(tmp_path):
     rows = [ali(1, -1, 0.0, 1, "text", [1]), {**ali(2, -1, 1.0, 1, "text", [2]), "turn": "x"}]
     with pytest.raises(KvbedError, match="line 2: Expected `int`, got `str` - at `\\$.turn`"):
+        IMPORTERS.get("alibaba")().read_requests(write_lines(tmp_path / "a.jsonl", rows))
+
+
+def test_alibaba_id_beyond_int64(tmp_path):
+    rows = [ali(1, -1, 0.0, 1, "text", [1]), ali(2**63, -1, 1.0, 1, "text", [2])]
+    with pytest.raises(KvbedError, match=r"line 2: Expected `int` <= 9223372036854775807 - at `\$.chat_id`"):
         IMPORTERS.get("alibaba")().read_requests(write_lines(tmp_path / "a.jsonl", rows))
 
 

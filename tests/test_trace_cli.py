@@ -81,6 +81,8 @@ BAD_LINES = [
     ('{"timestamp": 1, "input_length": "5", "output_length": 1, "hash_ids": [1]}',
      "line 2: Expected `int`, got `str` - at `$.input_length`"),
     ('{"timestamp": -5, "input_length": 5, "output_length": 1, "hash_ids": [1]}', "line 2: timestamp"),
+    ('{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [18446744073709551615]}',
+     "line 2: Expected `int` <= 9223372036854775807 - at `$.hash_ids[0]`"),
 ]
 
 

@@ -18,21 +18,21 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from kvreplay.importers.base import IMPORTERS, Importer, read_request_columns, source_info
+from kvreplay.importers.base import IMPORTERS, Importer, Int64, read_request_columns, source_info
 from kvreplay.requests import RequestTrace
 
 BLOCK_TOKENS = 16
 
 
 class AlibabaRecord(msgspec.Struct):
-    chat_id: int
-    parent_chat_id: int
+    chat_id: Int64
+    parent_chat_id: Int64
     timestamp: float  # seconds
-    input_length: int
-    output_length: int
+    input_length: Int64
+    output_length: Int64
     type: str
-    turn: int
-    hash_ids: list[int]
+    turn: Int64
+    hash_ids: list[Int64]
 
 
 @IMPORTERS.register("alibaba")

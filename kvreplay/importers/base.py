@@ -13,7 +13,7 @@ import abc
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Annotated, Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -24,6 +24,10 @@ from testbed.errors import KvbedError
 from testbed.registry import Registry
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+#: an integer field of a source record: JSON allows any size, the columns are int64, so a value
+#: outside int64 is refused by the decoder (naming the line and field) instead of overflowing later
+Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class Importer(abc.ABC):

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from kvreplay.importers.base import IMPORTERS, Importer, read_request_columns, source_info
+from kvreplay.importers.base import IMPORTERS, Importer, Int64, read_request_columns, source_info
 from kvreplay.requests import RequestTrace
 
 BLOCK_TOKENS = 512
@@ -20,9 +20,9 @@ BLOCK_TOKENS = 512
 
 class MooncakeRecord(msgspec.Struct):
     timestamp: float  # ms since trace start
-    input_length: int
-    output_length: int
-    hash_ids: list[int]
+    input_length: Int64
+    output_length: Int64
+    hash_ids: list[Int64]
 
 
 @IMPORTERS.register("mooncake")
