@@ -82,6 +82,11 @@ class RefSim:
         self.events: list[tuple[str, str, int]] = []
         self.reqs = reqs
         self.spill = params.write_policy == "spill"
+        # per tier: lookups that reached it, hits, bytes written in (commit/recover/persist), bytes read out (load)
+        self.lookups = collections.Counter()
+        self.hits = collections.Counter()
+        self.bytes_in = collections.Counter()
+        self.bytes_out = collections.Counter()
 
     def emit(self, op, tier, obj):
         self.events.append((op, TIERS[tier], obj))
@@ -121,6 +126,7 @@ class RefSim:
         self.lru[t][key] = (obj, nbytes)
         self.used[t] += nbytes
         self.copies[obj] += 1
+        self.bytes_in[t] += nbytes
         self.emit(op, t, obj)
 
     def admit(self, t, key, obj, nbytes, pinned):
@@ -135,10 +141,15 @@ class RefSim:
             h = len(keys)
             for j, (k, ntok) in enumerate(zip(keys, toks)):
                 where = [t for t in self.tiers if k in self.lru[t]]
+                for u in self.tiers:  # looked up from the fastest tier down to the first that holds k
+                    self.lookups[u] += 1
+                    if where and u == where[0]:
+                        break
                 if not where:
                     h = j
                     break
                 t = where[0]
+                self.hits[t] += 1
                 pinned.add(k)
                 obj = self.lru[t][k][0]
                 self.lru[t].move_to_end(k)
@@ -146,6 +157,7 @@ class RefSim:
                     self.emit("hit", 0, obj)
                     continue
                 self.emit("load", t, obj)
+                self.bytes_out[t] += self.lru[t][k][1]
                 self.admit(0, k, obj, ntok * BPT, pinned)
                 if not self.spill and self.p.promote_on_load:
                     for u in self.tiers:
@@ -207,6 +219,14 @@ def test_events_match_python_reference(seed, write_policy):
     assert ts["gpu"]["hits"] == c[("hit", "gpu")]
     assert ts["cpu"]["hits"] == c[("load", "cpu")]
     assert ts["ssd"]["hits"] == c[("load", "ssd")]
+    # ... and from the reference's own lookups, and its bytes in (commit/recover/persist) and out (load)
+    for t in ref.tiers:
+        row = ts[TIERS[t]]
+        assert (row["lookups"], row["hits"]) == (ref.lookups[t], ref.hits[t]), TIERS[t]
+        assert row["hit_ratio"] == pytest.approx(ref.hits[t] / ref.lookups[t]), TIERS[t]
+        assert (row["bytes_in"], row["bytes_out"]) == (ref.bytes_in[t], ref.bytes_out[t]), TIERS[t]
+        assert 0 < row["hit_ratio"] < 1 and row["bytes_in"] > 0
+    assert ts["cpu"]["bytes_out"] > 0 and ts["ssd"]["bytes_out"] > 0 and ts["gpu"]["bytes_out"] == 0
     assert ts["ssd"]["persists"] == c[("persist", "ssd")]
     assert ts["ssd"]["deletes"] + ts["ssd"]["evictions"] == c[("delete", "ssd")] + c[("evict", "ssd")]
     # the trace stresses every tier: evictions everywhere, reuse from every tier
