@@ -89,3 +89,23 @@ def test_stats_of_a_tier_simulated_trace(tmp_path):
     assert s["meta"]["tier_stats"]["ssd"]["persists"] == sum(
         r["count"] for r in s["ops"] if r["op"] == "persist" and r["tier"] == "ssd")
     assert s["meta"]["geometry"]["object_bytes"] == OBJ
+
+
+def test_top10_share_counts_every_object(tmp_path):
+    """25 objects: 5 never reused, objects 6..25 loaded 1..20 times. The top 10% of the 25 objects
+    (ceil: 3) take 20+19+18 of the 210 reuses; counting only reused objects (2 of 20) would give 39/210."""
+    rows = []
+    for o in range(1, 26):
+        rows += [(o, "create", o, "gpu"), (o, "commit", o, "gpu"), (o, "persist", o, "ssd")]
+    t = 100
+    for o in range(6, 26):
+        for _ in range(o - 5):
+            rows.append((t, "load", o, "ssd"))
+            t += 1
+    ts, op, obj, tier = zip(*rows)
+    b = make_batch(ts_ns=np.array(ts), op=np.array(op), obj_id=np.array(obj, np.uint64), tier=np.array(tier),
+                   nbytes=np.full(len(ts), 1000), ntokens=np.full(len(ts), 4))
+    s = trace_stats(write_trace(tmp_path / "z.parquet", b, TraceMeta()))
+    assert s["reuse"]["reuses"] == 210
+    assert s["reuse"]["top10pct_objects_reuse_share"] == pytest.approx(57 / 210)
+    assert s["reuse"]["objects_never_reused_share"] == pytest.approx(5 / 25)
