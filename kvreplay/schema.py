@@ -391,6 +391,10 @@ class TraceReader:
                         offset += len(chunk)
                     out[name] = np.concatenate(parts) if parts else np.zeros(0, COLUMNS[name][1])
                 else:
+                    if chunked.null_count:  # not nullable in our schema; a file written elsewhere may hold nulls
+                        nulls = chunked.is_null().to_numpy(zero_copy_only=False)
+                        raise KvbedError(f"row {row0 + int(np.flatnonzero(nulls)[0])}: {name} is null",
+                                         where=str(self.path))
                     out[name] = chunked.to_numpy().astype(COLUMNS[name][1], copy=False)
             row0 += table.num_rows
             yield out

@@ -164,6 +164,23 @@ def test_null_enum_names_the_row(tmp_path):
         TraceReader(path).read_all()
 
 
+@pytest.mark.parametrize("name", ["ts_ns", "nbytes", "obj_id"])
+def test_null_number_names_the_row(tmp_path, name):
+    """A null in a numeric column is refused like one in an enum column (not read as INT64_MIN)."""
+    b = batch(6)
+    cols = {n: pa.array(b[n], ARROW_SCHEMA.field(n).type) for n in ARROW_SCHEMA.names
+            if not pa.types.is_dictionary(ARROW_SCHEMA.field(n).type)}
+    for n, v in (("op", "create"), ("tier", "gpu"), ("kind", "exact"), ("tenant", "t"), ("scope", "t")):
+        cols[n] = _dict_col([v] * 6, [v], ARROW_SCHEMA.field(n).type)
+    vals = b[name].tolist()
+    vals[3] = None
+    cols[name] = pa.array(vals, ARROW_SCHEMA.field(name).type)
+    nullable = pa.schema([pa.field(n, ARROW_SCHEMA.field(n).type) for n in ARROW_SCHEMA.names])
+    path = _raw(tmp_path, json.loads(TraceMeta().to_json()), pa.table(cols, schema=nullable))
+    with pytest.raises(KvbedError, match=rf"row 3: {name} is null"):
+        TraceReader(path).read_all()
+
+
 def test_enums_are_the_documented_ones():
     assert OPS == ("create", "commit", "persist", "load", "hit", "transform", "invalidate", "evict", "delete", "recover")
     assert TIERS == ("gpu", "cpu", "cxl", "ssd", "remote")
