@@ -178,7 +178,10 @@ class TraceWriter:
         from testbed import __version__
 
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KvbedError(f"cannot create the output directory ({exc.strerror or exc})", where=str(self.path)) from None
         self.tmp: Path | None = None  # made when the first row group (or the close) opens the file
         self.meta = meta
         if not meta.created_by:
@@ -202,7 +205,10 @@ class TraceWriter:
 
     def _open(self, meta_json: str) -> pq.ParquetWriter:
         schema = ARROW_SCHEMA.with_metadata({META_KEY: meta_json.encode()})
-        self.tmp = temp_path_for(self.path)
+        try:
+            self.tmp = temp_path_for(self.path)
+        except OSError as exc:
+            raise KvbedError(f"cannot write the output ({exc.strerror or exc})", where=str(self.path)) from None
         # Dictionary pages for the string columns only: on ids and times a dictionary never fits and
         # Parquet falls back to plain encoding after trying (measured: 30% slower, 60% larger files).
         return pq.ParquetWriter(

@@ -103,6 +103,17 @@ def test_import_non_monotonic_time(tmp_path):
     assert not out.exists()
 
 
+def test_unwritable_output(tmp_path):
+    """-o below a regular file, or a name the file system refuses: one line, exit 2, nothing left."""
+    src = write_lines(tmp_path / "m.jsonl", MC_OK)
+    (tmp_path / "plain").write_text("x")
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", tmp_path / "plain" / "o.parquet"),
+                   "o.parquet: cannot create the output directory")
+    long = tmp_path / ("x" * 300 + ".parquet")  # longer than NAME_MAX (255)
+    one_line_error(kvbed("trace", "synth", "-o", long, "--duration-s", 10), "cannot write the output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl", "plain"]
+
+
 def test_bad_options(tmp_path):
     src = write_lines(tmp_path / "m.jsonl", MC_OK)
     out = tmp_path / "o.parquet"
