@@ -83,9 +83,18 @@ class SynthParams:
     max_input_tokens: int = 128_000  # context limit: a session ends before exceeding it
 
     def validate(self) -> "SynthParams":
-        for name in ("duration_s", "sessions_per_s", "block_tokens", "tenants", "max_input_tokens"):
+        for name in ("duration_s", "sessions_per_s", "block_tokens", "tenants", "max_input_tokens", "rag_corpus_docs"):
             if not getattr(self, name) > 0:
                 raise KvbedError(f"synth {name} must be positive, got {getattr(self, name)}")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (int, float)) and not v >= 0:  # seeds, lengths, times, counts, rates
+                raise KvbedError(f"synth {f.name} must be >= 0, got {v}")
+        if not self.rag_followup_prob <= 1:
+            raise KvbedError(f"synth rag_followup_prob must be in [0, 1], got {self.rag_followup_prob}")
+        if self.rag_docs_max > self.rag_corpus_docs:
+            raise KvbedError(f"synth rag_docs_max ({self.rag_docs_max}) must not exceed rag_corpus_docs "
+                             f"({self.rag_corpus_docs}): a request's documents are distinct")
         self.weights()
         return self
 

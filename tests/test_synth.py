@@ -78,3 +78,18 @@ def test_bad_synth_params():
         synthesize(replace(SMALL, profile_weights="video=1"))
     with pytest.raises(KvbedError, match="duration_s must be positive"):
         synthesize(replace(SMALL, duration_s=0))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(rag_corpus_docs=0), "rag_corpus_docs must be positive"),
+    (dict(rag_corpus_docs=2), "rag_docs_max (3) must not exceed rag_corpus_docs (2)"),
+    (dict(seed=-1), "seed must be >= 0"),
+    (dict(chat_think_s=-1.0), "chat_think_s must be >= 0"),
+    (dict(rag_followup_prob=1.5), "rag_followup_prob must be in [0, 1]"),
+])
+def test_bad_synth_params_are_one_line_errors(change, message):
+    """These used to end in numpy ValueErrors (tracebacks) or be silently clamped."""
+    with pytest.raises(KvbedError) as exc:
+        synthesize(replace(SMALL, **change))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
