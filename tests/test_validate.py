@@ -33,9 +33,10 @@ def write(tmp_path, rows, name="t.parquet", **cols):
     ts, op, obj, par, tier = zip(*rows)
     kind = cols.pop("kind", ["quantized" if o == 3 else "exact" for o in obj])
     nbytes = cols.pop("nbytes", [50 if o == 3 else 100 for o in obj])
+    ntokens = cols.pop("ntokens", np.full(len(ts), 4))
     b = make_batch(ts_ns=np.array(ts), op=np.array(op), obj_id=np.array(obj, np.uint64),
                    parent_id=np.array(par, np.uint64), tier=np.array(tier), kind=np.array(kind),
-                   nbytes=np.array(nbytes), ntokens=np.full(len(ts), 4), **cols)
+                   nbytes=np.array(nbytes), ntokens=np.asarray(ntokens), **cols)
     path = tmp_path / name
     # written without TraceWriter's own sort check, so unsorted traces can be validated too
     meta = TraceMeta()
@@ -97,6 +98,22 @@ def test_size_kind_and_enum_checks(tmp_path):
     kinds[10] = "compressed"
     rep = validate_trace(write(tmp_path, GOOD, name="k.parquet", kind=kinds))
     assert [(v.row, v.code) for v in rep.first] == [(10, "kind_changed")]
+
+
+def test_token_and_id_checks(tmp_path):
+    ntok = np.full(len(GOOD), 4)
+    ntok[6] = -1
+    req = np.full(len(GOOD), -1)
+    req[8] = -2
+    rep = validate_trace(write(tmp_path, GOOD, ntokens=ntok, request_id=req))
+    assert [(v.row, v.code) for v in rep.first] == [(6, "bad_tokens"), (8, "bad_ids")]
+
+
+@pytest.mark.parametrize("op", ["evict", "invalidate", "delete"])
+def test_removing_a_copy_that_is_not_there(tmp_path, op):
+    rows = with_row(8, (6, op, 1, 0, "cpu"))  # obj 1 was never in cpu
+    rep = validate_trace(write(tmp_path, rows))
+    assert (rep.first[0].row, rep.first[0].code) == (8, "not_present")
 
 
 def test_delete_of_every_copy_at_once(tmp_path):
