@@ -449,6 +449,16 @@ def test_prefix_depth_and_turns():
                 expected.append(j)
     assert got == expected
     assert max(expected) >= 4
+    # quantized SSD copies and the exact objects rebuilt from them (both made by transform) keep the
+    # depth of their source
+    b, _ = run(reqs, small_params(ssd_kind="quantized", gpu_bytes=4 * OBJ, cpu_bytes=0))
+    depth = PrefixDepth()(b)
+    d_of = dict(zip(b["obj_id"].tolist(), depth.tolist()))
+    tr = np.flatnonzero(b["op"] == OP["transform"])
+    rebuilt = tr[b["kind"][tr] == KIND["exact"]]
+    assert len(rebuilt) > 10
+    for i in tr:
+        assert d_of[int(b["obj_id"][i])] == d_of[int(b["parent_id"][i])]
     turns = session_turns(np.array([5, 7, 7, 9, 11, -1]), np.array([1, 1, 1, 2, 1, -1]))
     assert turns.tolist() == [0, 1, 1, 0, 2, -1]
 

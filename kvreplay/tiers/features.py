@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kvreplay.schema import KIND
+from kvreplay.schema import KIND, OP_TRANSFORM
 
 
 @njit(cache=True)
-def _depths(obj, parent, kind, depth_of, exact_code):
+def _depths(obj, parent, kind, op, depth_of, exact_code):
     out = np.empty(obj.shape[0], np.int32)
     for i in range(obj.shape[0]):
         o = obj[i]
@@ -26,10 +26,10 @@ def _depths(obj, parent, kind, depth_of, exact_code):
             p = parent[i]
             if p == 0:
                 d = 0
-            elif kind[i] == exact_code and depth_of[p] >= 0:
+            elif kind[i] == exact_code and op[i] != OP_TRANSFORM and depth_of[p] >= 0:
                 d = depth_of[p] + 1
             elif depth_of[p] >= 0:
-                d = depth_of[p]  # derived copy: same prefix position as its source
+                d = depth_of[p]  # transform (derived copy, or exact rebuilt from one): its source's position
             else:
                 d = 0
             depth_of[o] = d
@@ -51,7 +51,7 @@ class PrefixDepth:
             grown = np.full(max(hi, 2 * len(self._depth)), -1, np.int32)
             grown[: len(self._depth)] = self._depth
             self._depth = grown
-        return _depths(obj, parent, batch["kind"], self._depth, KIND["exact"])
+        return _depths(obj, parent, batch["kind"], batch["op"], self._depth, KIND["exact"])
 
 
 def prefix_depth(batch) -> np.ndarray:
