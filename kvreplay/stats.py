@@ -44,7 +44,6 @@ from kvreplay.schema import (
 from kvreplay.validate import IdIndex
 
 NOPS, NTIERS, NKINDS = len(OPS), len(TIERS), len(KINDS)
-SHOW_PERCENTILES = (50.0, 90.0, 99.0)
 # histogram rows
 H_LIFETIME, H_REUSE_OBJ, H_REUSE_BYTES = 0, 1, 2
 H_RES0 = 3  # + tier

@@ -46,6 +46,7 @@ from kvreplay.schema import (
     TIERS,
     TraceReader,
 )
+from testbed.errors import KvbedError
 
 VIOLATIONS = (
     ("time_backwards", "ts_ns is smaller than the previous row's"),
@@ -96,12 +97,18 @@ class IdIndex:
             max_id = max(max_id, int(st.max))
         self.dense = stats_ok and max_id <= max(4 * reader.num_rows, 1 << 20)
         self.size = max_id + 1 if self.dense else 1
+        self._where = str(reader.path)
         self._ids = np.zeros(0, np.uint64)  # sparse: sorted known ids
         self._idx = np.zeros(0, np.int64)  # their dense index
 
     def objects(self, ids: np.ndarray) -> np.ndarray:
         """Index of every obj_id (new ids get new indices)."""
         if self.dense:
+            # the state arrays are sized from the row-group statistics and the kernels do no bounds
+            # check: a file whose statistics understate its ids must be refused, not indexed past
+            if len(ids) and int(ids.max()) >= self.size:
+                raise KvbedError(f"obj_id {int(ids.max())} exceeds the maximum {self.size - 1} its Parquet "
+                                 "statistics state (statistics written wrongly)", where=self._where)
             return ids.astype(np.int64)
         u = np.unique(ids)
         pos = np.searchsorted(self._ids, u)

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from kvreplay.schema import META_KEY, TraceMeta, TraceWriter, make_batch
 from kvreplay.validate import validate_trace
+from testbed.errors import KvbedError
 
 GOOD = [  # (ts, op, obj, parent, tier)
     (0, "create", 1, 0, "gpu"),
@@ -165,3 +166,22 @@ def test_streams_row_groups(tmp_path):
                            nbytes=np.array(nb), ntokens=np.full(len(ts), 4)))
     rep = validate_trace(path)
     assert [(v.row, v.code) for v in rep.first] == [(15, "use_after_delete")]
+
+
+def test_ids_beyond_the_stated_statistics_are_refused(tmp_path):
+    """Dense ids size the state arrays from the row-group statistics; a file (written by another tool)
+    whose statistics understate obj_id must be refused, not indexed past the arrays."""
+    big = 1_000_003  # dense range (< 2^20), bytes 43 42 0f 00.. found only in obj_id's statistics
+    rows = [(t, op, big if o == 3 else o, p, tier) for t, op, o, p, tier in GOOD]
+    path = write(tmp_path, rows)
+    data = bytearray(path.read_bytes())
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - footer_len
+    footer = bytes(data[start:-8])
+    stated = big.to_bytes(8, "little")
+    assert stated in footer
+    data[start:-8] = footer.replace(stated, (3).to_bytes(8, "little"))  # same length: footer stays valid
+    path.write_bytes(bytes(data))
+    assert pq.ParquetFile(path).metadata.row_group(0).column(2).statistics.max == 3
+    with pytest.raises(KvbedError, match=r"obj_id 1000003 exceeds the maximum 3"):
+        validate_trace(path)
