@@ -121,6 +121,22 @@ def test_stop_leaves_a_valid_partial_result(trace, tmp_path):
     ok(kvbed("report", tmp_path / "p", "--no-plot"))
 
 
+def test_partial_result_stopped_inside_a_row_group_agrees_with_itself(tmp_path):
+    """One big row group: the layout stops part-way (its tables grow), so the first stop point is inside the
+    row group. Per-class and per-action counts must then cover exactly the events replayed, not the whole group."""
+    big = two_lifetimes(tmp_path / "one_group.parquet", n_objects=20000, row_group_rows=1 << 17)
+    parts = Replay(build_config(big, "fdp", "none", []), should_stop=lambda: True).run()
+    r = parts["result"]
+    job = r["jobs"][0]
+    rows = job["events"]["rows_replayed"]
+    assert r["incomplete"] is True and 0 < rows < 1 << 17  # stopped inside the first row group
+    written = job["layout"]["objects_written"]
+    assert 0 < written < 20000
+    assert sum(c["writes"] for c in job["per_class"]) == written == job["object_write"]["total_ios"]
+    assert sum(c["bytes_written"] for c in job["per_class"]) == job["user_bytes_written"]
+    assert job["events"]["tier_events_by_action"]["write"] == written
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime

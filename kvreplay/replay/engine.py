@@ -486,7 +486,6 @@ class Replay:
                 t = clock()
                 continue
             ev_act = act[tidx]
-            action_counts += np.bincount(ev_act, minlength=len(ACTION_NAMES))[: len(ACTION_NAMES)]
             ev_obj = batch["obj_id"][tidx]
             ev_nbytes = batch["nbytes"][tidx]
             ev_pages = pages_of(ev_nbytes, self.page_bytes)
@@ -495,8 +494,6 @@ class Replay:
             is_w = ev_act == A_WRITE
             ev_cls[is_w] = cls
             ev_pid = self.pid_of_class[ev_cls]
-            np.add.at(class_writes, cls, 1)
-            np.add.at(class_bytes, cls, ev_nbytes[is_w])
             rel = ev_ts - self.t0
             ev_arr = rel if scale == 1.0 else np.floor(rel / scale).astype(np.int64)
             ctx = BatchEvents(act=ev_act, arrival=ev_arr, window=rel // self.window_ns,
@@ -520,6 +517,11 @@ class Replay:
                         f"nothing is left to evict); give the device more zones", where=self.cfg.trace)
                 if status not in (S_DONE, S_BUFFER_FULL, S_GROW):
                     raise RuntimeError(f"layout returned status {status}")
+                # count only the events the layout got through, so a Mark inside the batch agrees with the layout
+                action_counts += np.bincount(ev_act[start:nxt], minlength=len(ACTION_NAMES))[: len(ACTION_NAMES)]
+                w = is_w[start:nxt]
+                np.add.at(class_writes, ev_cls[start:nxt][w], 1)
+                np.add.at(class_bytes, ev_cls[start:nxt][w], ev_nbytes[start:nxt][w])
                 if nops:
                     yield from self._split(obuf.ob, nops, ctx)
                 start = nxt
