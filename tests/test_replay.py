@@ -293,7 +293,7 @@ def _other_version(path: Path) -> Path:
 
 @pytest.mark.parametrize("case", [
     "version", "tier", "too_small", "hint", "param", "value", "scale_and_afap", "missing", "not_parquet",
-    "config_and_trace",
+    "config_and_trace", "window",
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
     out = tmp_path / "out"
@@ -308,6 +308,8 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
         "missing": ([tmp_path / "nope.parquet"], ["no such file"]),
         "not_parquet": ([tmp_path / "x.parquet"], ["not a readable Parquet file"]),
         "config_and_trace": ([trace, "--config", tmp_path / "c.json"], ["--config reruns"]),
+        # 1 ns windows over a 3 s trace would be 3e9 time-series rows: refused, not a hang
+        "window": ([trace, "--param", "window_ns=1"], ["window_ns=1", "windows", "at most"]),
     }[case]
     (tmp_path / "x.parquet").write_text("not parquet")
     res = kvbed("replay", *args[0], "-o", out, "-q")

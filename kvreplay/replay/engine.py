@@ -62,6 +62,7 @@ from testbed.params import from_dict, split_overrides, to_dict, with_overrides
 FIO_VERSION_KEY = "kvbed version"
 OP_BUFFER_MIN = 1 << 16
 ZNS_DEFAULT_CLASSES = 8
+MAX_WINDOWS = 100_000  # time-series rows: each is a dict in memory until the run is written
 
 
 class Target(Protocol):
@@ -408,6 +409,10 @@ class Replay:
                 raise KvbedError(f"--precondition: device {cfg.device} has no preconditioning") from None
         span = max(0, sc.t_last_ns - sc.t_first_ns)
         self.window_ns = rp.window_ns or _nice_window(span)
+        n_windows = span // self.window_ns + 1
+        if n_windows > MAX_WINDOWS:
+            raise KvbedError(f"--param window_ns={self.window_ns}: the trace spans {span} ns, which makes "
+                             f"{n_windows:,} time-series windows; at most {MAX_WINDOWS:,} (raise window_ns)")
         self.t0 = sc.t_first_ns
 
     def _n_classes(self, groups: dict[str, Any]) -> int:
