@@ -188,7 +188,10 @@ def load_run(path: str | os.PathLike) -> Run:
         result = json.loads((p / "result.json").read_text())
     except ValueError as exc:
         raise KvbedError(f"unreadable JSON ({exc})", where=str(p)) from None
-    if not isinstance(result, dict) or "jobs" not in result or not result["jobs"]:
+    if not isinstance(config, dict):
+        raise KvbedError("config.json is not a JSON object", where=str(p / "config.json"))
+    jobs = result.get("jobs") if isinstance(result, dict) else None
+    if not isinstance(jobs, list) or not jobs or not isinstance(jobs[0], dict):
         raise KvbedError("result.json has no jobs", where=str(p / "result.json"))
     try:
         ts = pq.read_table(p / "timeseries.parquet")
