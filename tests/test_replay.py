@@ -229,6 +229,19 @@ def test_capacity_is_sized_from_peak_live_data(trace, tmp_path):
     assert r["jobs"][0]["layout"]["forced_evictions"] == 0  # it fits: nothing evicted by the layout
 
 
+@pytest.mark.parametrize("gc_free_zones", [0, 1, 3])
+def test_zns_sizing_holds_back_the_zones_the_layout_keeps_free(trace, gc_free_zones):
+    """The capacity the sizing promises is what the zone layout can fill: every zone but the open streams
+    and the free zones host GC keeps (at least 2: one for the GC stream, one for the next user zone)."""
+    rep = Replay(build_config(trace, "zns", "none", ["fill_ratio=1.0", f"gc_free_zones={gc_free_zones}"]))
+    rep.prepare()
+    sz, lay = rep.cfg.sizing, rep.layout
+    assert lay.gc_free_zones == max(2, gc_free_zones or lay.n_zones // 20)
+    assert sz["zones"] == lay.n_zones
+    assert sz["usable_pages"] == (lay.n_zones - lay.n_streams - lay.gc_free_zones) * lay.cap_pages
+    assert sz["usable_pages"] >= sz["peak_live_pages"]  # fill 1.0: just enough
+
+
 def test_undersized_device_evicts_by_policy_only_when_allowed(trace, tmp_path):
     small = ("--param", "logical_bytes=2GiB", "--param", "ru_bytes=4MiB")
     res = kvbed("replay", trace, "-o", tmp_path / "no", "-q", *small)

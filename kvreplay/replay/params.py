@@ -72,7 +72,7 @@ class LayoutParams:
                                    "map to lru, fifo-like ones to fifo)")
     rewrite_in_place: bool = _f(True, "conv/fdp: a rewrite of a resident object of the same size overwrites "
                                       "its extents")
-    gc_free_zones: int = _f(0, "zns: host GC keeps this many zones empty; 0 = max(2, zones / 20)")
+    gc_free_zones: int = _f(0, "zns: host GC keeps this many zones empty (at least 2); 0 = max(2, zones / 20)")
     gc_stream: str = _f("shared", "zns: relocated data goes to one shared GC zone, or one per class")
 
     def validate(self) -> "LayoutParams":
