@@ -69,6 +69,14 @@ def test_result_is_fio_shaped_and_consistent(trace, tmp_path):
     assert len(job["per_ruh"]) == 8 + 1  # 8 RUHs and the shared GC destination
     assert sum(x["host_bytes_written"] for x in job["per_ruh"][:8]) == job["host_bytes_written"]
     assert job["hint_policy"]["offline"] is True and "future" in job["hint_policy"]["knows"]
+    # fio's trim entry carries its bytes too: every deallocation the layout sent, as the device counted them
+    assert job["trim"]["total_ios"] == job["layout"]["ops_trim"] > 0
+    assert job["trim"]["io_bytes"] == r["device"]["counters"]["host_pages_trimmed"] << 20 > 0
+    for d in ("read", "write", "trim", "object_read", "object_write"):  # one runtime: IOPS and bandwidth agree
+        e = job[d]
+        secs = e["runtime_ns"] / 1e9
+        assert e["runtime_ns"] == job["runtime_ns"] > 0
+        assert e["iops"] == e["total_ios"] / secs and e["bw_bytes"] == int(e["io_bytes"] / secs)
     ts = pq.read_table(tmp_path / "r" / "timeseries.parquet").to_pydict()
     assert sum(ts["user_bytes_written"]) == job["user_bytes_written"]
     assert sum(ts["write_ops"]) == job["write"]["total_ios"]

@@ -607,9 +607,9 @@ class Replay:
         self._last_arrival = 0
         H, W = R.new_hists()
         self.H = H
-        seg_acc = np.zeros(5, np.int64)
-        win_acc = np.zeros(5, np.int64)
-        self.total_acc = np.zeros(5, np.int64)
+        seg_acc = np.zeros(R.ACC_N, np.int64)
+        win_acc = np.zeros(R.ACC_N, np.int64)
+        self.total_acc = np.zeros(R.ACC_N, np.int64)
         rows: list[dict[str, Any]] = []
         counters0 = self.target.counters()
         last_counters = dict(counters0)
@@ -736,7 +736,7 @@ class Replay:
             "classes": self.n_classes,
             "runtime_ns": runtime_ns,
         }
-        io_bytes = {"read": lay["pages_read"] * pb, "write": user_pages * pb, "trim": None}
+        io_bytes = {"read": lay["pages_read"] * pb, "write": user_pages * pb, "trim": int(self.total_acc[5]) * pb}
         for name in ("read", "write", "trim", "zone_reset"):
             h = hist[name]
             if h.n or name in ("read", "write"):
