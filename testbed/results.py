@@ -109,12 +109,25 @@ def latency_table(rows: list[tuple[str, int, int]]) -> pa.Table:
     })
 
 
+def _is_run_dir(path: Path) -> bool:
+    """A directory kvbed wrote: its config.json (or result.json) is kvbed's, not just any file of that name."""
+    for name, key in (("config.json", "kvbed_version"), ("result.json", "kvbed version")):
+        try:
+            doc = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and key in doc:
+            return True
+    return False
+
+
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """Refuse an output path that is a file or a non-empty directory that is not a run (checked before a run)."""
+    """Refuse an output path that is a file or a non-empty directory that is not a run (checked before a run:
+    a run directory is replaced as a whole, so anything else in it would be lost)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KvbedError("exists and is not a directory", where=str(out))
-    if out.is_dir() and any(out.iterdir()) and not (out / "result.json").exists() and not (out / "config.json").exists():
+    if out.is_dir() and any(out.iterdir()) and not _is_run_dir(out):
         raise KvbedError("exists, is not empty and is not a kvbed run directory; choose another -o", where=str(out))
     return out
 

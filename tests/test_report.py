@@ -89,3 +89,13 @@ def test_replay_will_not_overwrite_a_foreign_directory(runs, tmp_path):
     res = kvbed("replay", trace, "-o", tmp_path / "mine", "-q")
     assert res.exit_code == 2 and "not a kvbed run directory" in res.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    # a config.json of something else does not make a directory a run to be replaced
+    (tmp_path / "mine" / "config.json").write_text('{"editor": "vim"}')
+    res = kvbed("replay", trace, "-o", tmp_path / "mine", "-q", "--no-plots")
+    assert res.exit_code == 2 and "not a kvbed run directory" in res.stderr, res.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    assert (tmp_path / "mine" / "config.json").read_text() == '{"editor": "vim"}'
+    shutil.copytree(runs[0], tmp_path / "old_run")
+    res = kvbed("replay", trace, "-o", tmp_path / "old_run", "-q", "--no-plots")  # a kvbed run is replaced whole
+    assert res.exit_code == 0, res.stderr
+    assert not (tmp_path / "old_run" / "waf.png").exists()
