@@ -281,6 +281,30 @@ def test_zns_reports_resets_relocations_and_host_waf(trace, tmp_path):
     assert jobs["oracle"]["host_waf"] < j["host_waf"]
 
 
+def test_zns_replay_hand_case(tmp_path):
+    """The zone layout's hand case (tests/test_layout_zone.py) as a trace through `kvbed replay`: six 4 MiB zones,
+    one class, a shared GC stream, two free zones kept; 2 MiB objects 1-6 persisted, 1, 3, 5 evicted, 7-11
+    persisted, 6 evicted. GC relocates objects 2 and 4 (4 MiB) and resets zones 0 and 1; evicting 6 empties zone 2.
+    Host writes 22 user units + 4 relocated: host WAF 26/22, 3 zone resets, the drive itself copies nothing."""
+    ev = [(S.OP_PERSIST, o) for o in range(1, 7)] + [(S.OP_EVICT, o) for o in (1, 3, 5)] + \
+         [(S.OP_PERSIST, o) for o in range(7, 12)] + [(S.OP_EVICT, 6)]
+    n = len(ev)
+    S.write_trace(tmp_path / "z.parquet", S.make_batch(
+        ts_ns=np.arange(1, n + 1) * 1000, op=np.array([e[0] for e in ev]), obj_id=np.array([e[1] for e in ev]),
+        tier=np.full(n, S.TIER_SSD), nbytes=np.full(n, 2 << 20)), S.TraceMeta())
+    params = ["logical_bytes=24MiB", "zone_bytes=4MiB", "zone_cap_bytes=4MiB", "max_open_zones=3",
+              "max_active_zones=3", "gc_free_zones=2", "classes=1", "strict_capacity=false"]
+    replay_cli(tmp_path / "z.parquet", tmp_path / "r", "--device", "zns", *(a for p in params for a in ("--param", p)))
+    r = result(tmp_path / "r")
+    j = r["jobs"][0]
+    assert j["user_bytes_written"] == 22 << 20 and j["host_bytes_written"] == 26 << 20
+    assert j["host_waf"] == 26 / 22 == j["end_to_end_waf"] and j["waf"] == 1.0
+    assert j["zone_resets"] == 3 == r["device"]["counters"]["ops_zone_reset"]
+    assert j["host_gc"] == {"runs": 2, "relocated_bytes": 4 << 20, "zone_resets": 3}
+    assert j["host_gc_write"]["io_bytes"] == 4 << 20 and j["host_gc_read"]["total_ios"] == 2
+    assert j["layout"]["forced_evictions"] == 0 and j["zones"]["zones_by_state"] == {"empty": 2, "open": 1, "full": 3}
+
+
 def test_precondition_is_counted_apart(trace, tmp_path):
     replay_cli(trace, tmp_path / "pre", "--precondition", "0.9")
     r = result(tmp_path / "pre")
