@@ -338,7 +338,7 @@ def _other_version(path: Path) -> Path:
 
 @pytest.mark.parametrize("case", [
     "version", "tier", "too_small", "hint", "param", "value", "scale_and_afap", "missing", "not_parquet",
-    "config_and_trace", "window",
+    "config_and_trace", "window", "scale_param_and_afap", "afap_param_and_scale",
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
     out = tmp_path / "out"
@@ -350,6 +350,9 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
         "param": ([trace, "--param", "bogus=1"], ["unknown parameter 'bogus'"]),
         "value": ([trace, "--param", "op_ratio=lots"], ["op_ratio", "expected a number"]),
         "scale_and_afap": ([trace, "--time-scale", "2", "--as-fast-as-possible"], ["exclude each other"]),
+        "scale_param_and_afap": ([trace, "--param", "time_scale=2", "--as-fast-as-possible"], ["exclude each other"]),
+        "afap_param_and_scale": ([trace, "--param", "as_fast_as_possible=true", "--time-scale", "2"],
+                                 ["exclude each other"]),
         "missing": ([tmp_path / "nope.parquet"], ["no such file"]),
         "not_parquet": ([tmp_path / "x.parquet"], ["not a readable Parquet file"]),
         "config_and_trace": ([trace, "--config", tmp_path / "c.json"], ["--config reruns"]),

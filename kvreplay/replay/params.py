@@ -48,6 +48,8 @@ class ReplayParams:
             raise KvbedError(f"--precondition must be in [0, 1], got {self.precondition}")
         if not self.time_scale > 0:
             raise KvbedError(f"--time-scale must be positive, got {self.time_scale}")
+        if self.as_fast_as_possible and self.time_scale != 1.0:  # however each was given (option or --param)
+            raise KvbedError("--time-scale and --as-fast-as-possible exclude each other")
         if self.queue_depth < 1:
             raise KvbedError(f"queue_depth must be >= 1, got {self.queue_depth}")
         if not (0.0 <= self.write_utilization <= 1.0):
