@@ -365,6 +365,17 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("field,value", [("hints", 5), ("device", ["fdp"]), ("trace", None)])
+def test_malformed_config_is_one_line_exit_2(trace, tmp_path, field, value):
+    replay_cli(trace, tmp_path / "r", "--hints", "oracle")
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    cfg[field] = value
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    res = kvbed("replay", "--config", tmp_path / "bad.json", "-o", tmp_path / "out", "-q")
+    one_line_error(res, "bad.json", "malformed config")
+    assert not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------------------------- Mooncake e2e
 
 MOONCAKE = (ROOT / "../shared/data/traces/mooncake/conversation_trace.jsonl").resolve()

@@ -164,7 +164,7 @@ class RunConfig:
             )
         except KeyError as exc:
             raise KvbedError(f"missing key {exc.args[0]!r}", where=where) from None
-        except TypeError as exc:
+        except (TypeError, AttributeError) as exc:  # a value of the wrong JSON type (a number for a name...)
             raise KvbedError(f"malformed config ({exc})", where=where) from None
 
 
