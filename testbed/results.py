@@ -109,12 +109,25 @@ def latency_table(rows: list[tuple[str, int, int]]) -> pa.Table:
     })
 
 
+def _is_run_dir(path: Path) -> bool:
+    """A directory kvbed wrote: its config.json (or result.json) is kvbed's, not just any file of that name."""
+    for name, key in (("config.json", "kvbed_version"), ("result.json", "kvbed version")):
+        try:
+            doc = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and key in doc:
+            return True
+    return False
+
+
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """Refuse an output path that is a file or a non-empty directory that is not a run (checked before a run)."""
+    """Refuse an output path that is a file or a non-empty directory that is not a run (checked before a run:
+    a run directory is replaced as a whole, so anything else in it would be lost)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KvbedError("exists and is not a directory", where=str(out))
-    if out.is_dir() and any(out.iterdir()) and not (out / "result.json").exists() and not (out / "config.json").exists():
+    if out.is_dir() and any(out.iterdir()) and not _is_run_dir(out):
         raise KvbedError("exists, is not empty and is not a kvbed run directory; choose another -o", where=str(out))
     return out
 
@@ -188,7 +201,10 @@ def load_run(path: str | os.PathLike) -> Run:
         result = json.loads((p / "result.json").read_text())
     except ValueError as exc:
         raise KvbedError(f"unreadable JSON ({exc})", where=str(p)) from None
-    if not isinstance(result, dict) or "jobs" not in result or not result["jobs"]:
+    if not isinstance(config, dict):
+        raise KvbedError("config.json is not a JSON object", where=str(p / "config.json"))
+    jobs = result.get("jobs") if isinstance(result, dict) else None
+    if not isinstance(jobs, list) or not jobs or not isinstance(jobs[0], dict):
         raise KvbedError("result.json has no jobs", where=str(p / "result.json"))
     try:
         ts = pq.read_table(p / "timeseries.parquet")

@@ -232,3 +232,22 @@ def test_adaptive_hotness_balances_classes(traces):
     # on this trace the fixed scale gives [943, 653, 1249, 155]; quantile edges even it out
     assert adaptive.max() < fixed.max() and adaptive.min() > fixed.min()
     assert adaptive.std() < 0.6 * fixed.std()
+
+
+@pytest.mark.parametrize("clock,unit", [("bytes", "bytes"), ("time", "ns")])
+def test_lifetime_figures_in_result_json_name_their_clock_unit(traces, clock, unit):
+    """result.json keys carry units: the oracle's edges and predicted's learned lifetimes are in bytes written
+    or in ns depending on the clock, and the key says which."""
+    full, _, _ = traces
+    pol = HINTS.get("oracle")(4, HINTS.get("oracle").Params(clock=clock), tier=S.TIER_SSD)
+    pol.prepare(scan_trace(S.TraceReader(full), S.TIER_SSD, 1 << 20, record_future=True, clock=clock).future)
+    d = pol.describe()
+    assert "edges" not in d and d[f"edges_{unit}"] == [None if not np.isfinite(e) else int(e) for e in pol.edges]
+    assert len(d[f"edges_{unit}"]) == 3
+    pred = HINTS.get("predicted")(4, HINTS.get("predicted").Params(clock=clock, refresh=64), tier=S.TIER_SSD)
+    lut = action_table(S.TIER_SSD)
+    for b in S.TraceReader(full).iter_batches():
+        act, tidx = select(lut, b["op"], b["tier"])
+        pred.assign(b, act, tidx[act[tidx] == A_WRITE])
+    d = pred.describe()
+    assert d[f"mean_log2_lifetime_{unit}"] > 0 and len(d[f"edges_log2_{unit}"]) == 3

@@ -69,6 +69,14 @@ def test_result_is_fio_shaped_and_consistent(trace, tmp_path):
     assert len(job["per_ruh"]) == 8 + 1  # 8 RUHs and the shared GC destination
     assert sum(x["host_bytes_written"] for x in job["per_ruh"][:8]) == job["host_bytes_written"]
     assert job["hint_policy"]["offline"] is True and "future" in job["hint_policy"]["knows"]
+    # fio's trim entry carries its bytes too: every deallocation the layout sent, as the device counted them
+    assert job["trim"]["total_ios"] == job["layout"]["ops_trim"] > 0
+    assert job["trim"]["io_bytes"] == r["device"]["counters"]["host_pages_trimmed"] << 20 > 0
+    for d in ("read", "write", "trim", "object_read", "object_write"):  # one runtime: IOPS and bandwidth agree
+        e = job[d]
+        secs = e["runtime_ns"] / 1e9
+        assert e["runtime_ns"] == job["runtime_ns"] > 0
+        assert e["iops"] == e["total_ios"] / secs and e["bw_bytes"] == int(e["io_bytes"] / secs)
     ts = pq.read_table(tmp_path / "r" / "timeseries.parquet").to_pydict()
     assert sum(ts["user_bytes_written"]) == job["user_bytes_written"]
     assert sum(ts["write_ops"]) == job["write"]["total_ios"]
@@ -119,6 +127,22 @@ def test_stop_leaves_a_valid_partial_result(trace, tmp_path):
     assert 0 < rows < r["scan"]["rows"] and r["stopped_at_row"] == rows
     assert 0 < r["jobs"][0]["object_write"]["total_ios"] < 3000
     ok(kvbed("report", tmp_path / "p", "--no-plot"))
+
+
+def test_partial_result_stopped_inside_a_row_group_agrees_with_itself(tmp_path):
+    """One big row group: the layout stops part-way (its tables grow), so the first stop point is inside the
+    row group. Per-class and per-action counts must then cover exactly the events replayed, not the whole group."""
+    big = two_lifetimes(tmp_path / "one_group.parquet", n_objects=20000, row_group_rows=1 << 17)
+    parts = Replay(build_config(big, "fdp", "none", []), should_stop=lambda: True).run()
+    r = parts["result"]
+    job = r["jobs"][0]
+    rows = job["events"]["rows_replayed"]
+    assert r["incomplete"] is True and 0 < rows < 1 << 17  # stopped inside the first row group
+    written = job["layout"]["objects_written"]
+    assert 0 < written < 20000
+    assert sum(c["writes"] for c in job["per_class"]) == written == job["object_write"]["total_ios"]
+    assert sum(c["bytes_written"] for c in job["per_class"]) == job["user_bytes_written"]
+    assert job["events"]["tier_events_by_action"]["write"] == written
 
 
 def _cpu_s(pid: int) -> float:
@@ -213,6 +237,19 @@ def test_capacity_is_sized_from_peak_live_data(trace, tmp_path):
     assert r["jobs"][0]["layout"]["forced_evictions"] == 0  # it fits: nothing evicted by the layout
 
 
+@pytest.mark.parametrize("gc_free_zones", [0, 1, 3])
+def test_zns_sizing_holds_back_the_zones_the_layout_keeps_free(trace, gc_free_zones):
+    """The capacity the sizing promises is what the zone layout can fill: every zone but the open streams
+    and the free zones host GC keeps (at least 2: one for the GC stream, one for the next user zone)."""
+    rep = Replay(build_config(trace, "zns", "none", ["fill_ratio=1.0", f"gc_free_zones={gc_free_zones}"]))
+    rep.prepare()
+    sz, lay = rep.cfg.sizing, rep.layout
+    assert lay.gc_free_zones == max(2, gc_free_zones or lay.n_zones // 20)
+    assert sz["zones"] == lay.n_zones
+    assert sz["usable_pages"] == (lay.n_zones - lay.n_streams - lay.gc_free_zones) * lay.cap_pages
+    assert sz["usable_pages"] >= sz["peak_live_pages"]  # fill 1.0: just enough
+
+
 def test_undersized_device_evicts_by_policy_only_when_allowed(trace, tmp_path):
     small = ("--param", "logical_bytes=2GiB", "--param", "ru_bytes=4MiB")
     res = kvbed("replay", trace, "-o", tmp_path / "no", "-q", *small)
@@ -242,6 +279,30 @@ def test_zns_reports_resets_relocations_and_host_waf(trace, tmp_path):
     assert j["host_gc"]["relocated_bytes"] == lay["gc_relocated_pages"] << 20
     assert j["zones"]["gc_stream"] == "shared" and j["zones"]["streams"] == 9  # 8 classes + GC
     assert jobs["oracle"]["host_waf"] < j["host_waf"]
+
+
+def test_zns_replay_hand_case(tmp_path):
+    """The zone layout's hand case (tests/test_layout_zone.py) as a trace through `kvbed replay`: six 4 MiB zones,
+    one class, a shared GC stream, two free zones kept; 2 MiB objects 1-6 persisted, 1, 3, 5 evicted, 7-11
+    persisted, 6 evicted. GC relocates objects 2 and 4 (4 MiB) and resets zones 0 and 1; evicting 6 empties zone 2.
+    Host writes 22 user units + 4 relocated: host WAF 26/22, 3 zone resets, the drive itself copies nothing."""
+    ev = [(S.OP_PERSIST, o) for o in range(1, 7)] + [(S.OP_EVICT, o) for o in (1, 3, 5)] + \
+         [(S.OP_PERSIST, o) for o in range(7, 12)] + [(S.OP_EVICT, 6)]
+    n = len(ev)
+    S.write_trace(tmp_path / "z.parquet", S.make_batch(
+        ts_ns=np.arange(1, n + 1) * 1000, op=np.array([e[0] for e in ev]), obj_id=np.array([e[1] for e in ev]),
+        tier=np.full(n, S.TIER_SSD), nbytes=np.full(n, 2 << 20)), S.TraceMeta())
+    params = ["logical_bytes=24MiB", "zone_bytes=4MiB", "zone_cap_bytes=4MiB", "max_open_zones=3",
+              "max_active_zones=3", "gc_free_zones=2", "classes=1", "strict_capacity=false"]
+    replay_cli(tmp_path / "z.parquet", tmp_path / "r", "--device", "zns", *(a for p in params for a in ("--param", p)))
+    r = result(tmp_path / "r")
+    j = r["jobs"][0]
+    assert j["user_bytes_written"] == 22 << 20 and j["host_bytes_written"] == 26 << 20
+    assert j["host_waf"] == 26 / 22 == j["end_to_end_waf"] and j["waf"] == 1.0
+    assert j["zone_resets"] == 3 == r["device"]["counters"]["ops_zone_reset"]
+    assert j["host_gc"] == {"runs": 2, "relocated_bytes": 4 << 20, "zone_resets": 3}
+    assert j["host_gc_write"]["io_bytes"] == 4 << 20 and j["host_gc_read"]["total_ios"] == 2
+    assert j["layout"]["forced_evictions"] == 0 and j["zones"]["zones_by_state"] == {"empty": 2, "open": 1, "full": 3}
 
 
 def test_precondition_is_counted_apart(trace, tmp_path):
@@ -277,7 +338,7 @@ def _other_version(path: Path) -> Path:
 
 @pytest.mark.parametrize("case", [
     "version", "tier", "too_small", "hint", "param", "value", "scale_and_afap", "missing", "not_parquet",
-    "config_and_trace",
+    "config_and_trace", "window", "scale_param_and_afap", "afap_param_and_scale",
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
     out = tmp_path / "out"
@@ -289,14 +350,30 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
         "param": ([trace, "--param", "bogus=1"], ["unknown parameter 'bogus'"]),
         "value": ([trace, "--param", "op_ratio=lots"], ["op_ratio", "expected a number"]),
         "scale_and_afap": ([trace, "--time-scale", "2", "--as-fast-as-possible"], ["exclude each other"]),
+        "scale_param_and_afap": ([trace, "--param", "time_scale=2", "--as-fast-as-possible"], ["exclude each other"]),
+        "afap_param_and_scale": ([trace, "--param", "as_fast_as_possible=true", "--time-scale", "2"],
+                                 ["exclude each other"]),
         "missing": ([tmp_path / "nope.parquet"], ["no such file"]),
         "not_parquet": ([tmp_path / "x.parquet"], ["not a readable Parquet file"]),
         "config_and_trace": ([trace, "--config", tmp_path / "c.json"], ["--config reruns"]),
+        # 1 ns windows over a 3 s trace would be 3e9 time-series rows: refused, not a hang
+        "window": ([trace, "--param", "window_ns=1"], ["window_ns=1", "windows", "at most"]),
     }[case]
     (tmp_path / "x.parquet").write_text("not parquet")
     res = kvbed("replay", *args[0], "-o", out, "-q")
     one_line_error(res, *args[1])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("field,value", [("hints", 5), ("device", ["fdp"]), ("trace", None)])
+def test_malformed_config_is_one_line_exit_2(trace, tmp_path, field, value):
+    replay_cli(trace, tmp_path / "r", "--hints", "oracle")
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    cfg[field] = value
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    res = kvbed("replay", "--config", tmp_path / "bad.json", "-o", tmp_path / "out", "-q")
+    one_line_error(res, "bad.json", "malformed config")
+    assert not (tmp_path / "out").exists()
 
 
 # --------------------------------------------------------------------------------------------- Mooncake e2e

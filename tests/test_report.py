@@ -70,6 +70,16 @@ def test_report_refuses_what_is_not_a_run(runs, tmp_path):
         (tmp_path / "broken" / name).write_text("{}")
     res = kvbed("report", tmp_path / "broken")
     assert res.exit_code == 2 and "no jobs" in res.stderr and res.stderr.count("\n") == 1
+    for name in ("timeseries.parquet", "latency.parquet"):
+        shutil.copy(runs[0] / name, tmp_path / "broken" / name)
+    for bad in ('{"jobs": [1]}', '{"jobs": {"0": {}}}'):  # jobs that are not a list of job objects
+        (tmp_path / "broken" / "result.json").write_text(bad)
+        res = kvbed("report", tmp_path / "broken", "--no-plot")
+        assert res.exit_code == 2 and "no jobs" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    shutil.copy(runs[0] / "result.json", tmp_path / "broken" / "result.json")
+    (tmp_path / "broken" / "config.json").write_text("[]")
+    res = kvbed("report", tmp_path / "broken", "--no-plot")
+    assert res.exit_code == 2 and "config.json" in res.stderr and res.stderr.count("\n") == 1, res.stderr
 
 
 def test_replay_will_not_overwrite_a_foreign_directory(runs, tmp_path):
@@ -79,3 +89,13 @@ def test_replay_will_not_overwrite_a_foreign_directory(runs, tmp_path):
     res = kvbed("replay", trace, "-o", tmp_path / "mine", "-q")
     assert res.exit_code == 2 and "not a kvbed run directory" in res.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    # a config.json of something else does not make a directory a run to be replaced
+    (tmp_path / "mine" / "config.json").write_text('{"editor": "vim"}')
+    res = kvbed("replay", trace, "-o", tmp_path / "mine", "-q", "--no-plots")
+    assert res.exit_code == 2 and "not a kvbed run directory" in res.stderr, res.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    assert (tmp_path / "mine" / "config.json").read_text() == '{"editor": "vim"}'
+    shutil.copytree(runs[0], tmp_path / "old_run")
+    res = kvbed("replay", trace, "-o", tmp_path / "old_run", "-q", "--no-plots")  # a kvbed run is replaced whole
+    assert res.exit_code == 0, res.stderr
+    assert not (tmp_path / "old_run" / "waf.png").exists()

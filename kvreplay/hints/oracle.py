@@ -22,6 +22,8 @@ from kvreplay.hints.base import Future, HintPolicy, classes_from_edges, lifetime
 from testbed.errors import KvbedError
 
 CLOCKS = ("bytes", "time")
+#: the unit of a lifetime on each clock (suffix of the result.json keys that hold lifetimes)
+CLOCK_UNIT = {"bytes": "bytes", "time": "ns"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class OracleHints(HintPolicy):
         counts = np.bincount(self.classes, minlength=self.n_classes) if self.classes is not None else []
         return {
             "clock": self.clock,
-            "edges": [None if not np.isfinite(e) else int(e) for e in self.edges],
+            f"edges_{CLOCK_UNIT[self.clock]}": [None if not np.isfinite(e) else int(e) for e in self.edges],
             "writes_per_class": [int(c) for c in counts],
         }
 

@@ -35,7 +35,7 @@ from devicemodels.jit import kernel
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
-from kvreplay.hints.oracle import CLOCKS
+from kvreplay.hints.oracle import CLOCK_UNIT, CLOCKS
 from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.actions import A_DROP, A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
@@ -202,12 +202,13 @@ class PredictedHints(HintPolicy):
 
     def describe(self):
         g = LEVEL0 + LEVEL1 + LEVEL2
+        unit = CLOCK_UNIT[self.params.clock]
         return {
             "clock": self.params.clock,
             "deaths_learned": int(self.state[1]),
             "predictions": int(self.state[3]),
-            "edges_log2": [float(e) for e in self.edges] if self.state[2] else [],
-            "mean_log2_lifetime": float(self.tot[g] / self.cnt[g]) if self.cnt[g] else None,
+            f"edges_log2_{unit}": [float(e) for e in self.edges] if self.state[2] else [],
+            f"mean_log2_lifetime_{unit}": float(self.tot[g] / self.cnt[g]) if self.cnt[g] else None,
             "buckets_with_samples": int((self.cnt[:LEVEL0] >= self.params.min_samples).sum()),
             "objects_tracked_at_end": self.objs.count,
         }

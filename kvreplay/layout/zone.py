@@ -307,6 +307,12 @@ def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
     return i, n, S_DONE
 
 
+def gc_reserve_zones(n_zones: int, gc_free_zones: int = 0) -> int:
+    """Empty zones host GC keeps: ``gc_free_zones``, or max(2, zones / 20) when 0; never fewer than 2
+    (one for the GC stream, one for the next user zone). The sizing holds the same number back."""
+    return max(2, int(gc_free_zones) if gc_free_zones else int(n_zones) // 20)
+
+
 class ZoneLayout(ObjectLayout):
     """Objects -> zones grouped by placement class, with host GC and zone resets."""
 
@@ -322,8 +328,7 @@ class ZoneLayout(ObjectLayout):
         self.n_user = max(1, int(n_classes))
         self.per_class = bool(gc_per_class)
         self.n_streams = self.n_user * (2 if self.per_class else 1) + (0 if self.per_class else 1)
-        auto = max(2, self.n_zones // 20)
-        self.gc_free_zones = max(2, int(gc_free_zones) if gc_free_zones else auto)
+        self.gc_free_zones = gc_reserve_zones(self.n_zones, gc_free_zones)
         need = self.n_streams + self.gc_free_zones
         if self.n_zones < need:
             raise ValueError(

@@ -62,6 +62,7 @@ from testbed.params import from_dict, split_overrides, to_dict, with_overrides
 FIO_VERSION_KEY = "kvbed version"
 OP_BUFFER_MIN = 1 << 16
 ZNS_DEFAULT_CLASSES = 8
+MAX_WINDOWS = 100_000  # time-series rows: each is a dict in memory until the run is written
 
 
 class Target(Protocol):
@@ -163,7 +164,7 @@ class RunConfig:
             )
         except KeyError as exc:
             raise KvbedError(f"missing key {exc.args[0]!r}", where=where) from None
-        except TypeError as exc:
+        except (TypeError, AttributeError) as exc:  # a value of the wrong JSON type (a number for a name...)
             raise KvbedError(f"malformed config ({exc})", where=where) from None
 
 
@@ -408,6 +409,10 @@ class Replay:
                 raise KvbedError(f"--precondition: device {cfg.device} has no preconditioning") from None
         span = max(0, sc.t_last_ns - sc.t_first_ns)
         self.window_ns = rp.window_ns or _nice_window(span)
+        n_windows = span // self.window_ns + 1
+        if n_windows > MAX_WINDOWS:
+            raise KvbedError(f"--param window_ns={self.window_ns}: the trace spans {span} ns, which makes "
+                             f"{n_windows:,} time-series windows; at most {MAX_WINDOWS:,} (raise window_ns)")
         self.t0 = sc.t_first_ns
 
     def _n_classes(self, groups: dict[str, Any]) -> int:
@@ -486,7 +491,6 @@ class Replay:
                 t = clock()
                 continue
             ev_act = act[tidx]
-            action_counts += np.bincount(ev_act, minlength=len(ACTION_NAMES))[: len(ACTION_NAMES)]
             ev_obj = batch["obj_id"][tidx]
             ev_nbytes = batch["nbytes"][tidx]
             ev_pages = pages_of(ev_nbytes, self.page_bytes)
@@ -495,8 +499,6 @@ class Replay:
             is_w = ev_act == A_WRITE
             ev_cls[is_w] = cls
             ev_pid = self.pid_of_class[ev_cls]
-            np.add.at(class_writes, cls, 1)
-            np.add.at(class_bytes, cls, ev_nbytes[is_w])
             rel = ev_ts - self.t0
             ev_arr = rel if scale == 1.0 else np.floor(rel / scale).astype(np.int64)
             ctx = BatchEvents(act=ev_act, arrival=ev_arr, window=rel // self.window_ns,
@@ -520,6 +522,11 @@ class Replay:
                         f"nothing is left to evict); give the device more zones", where=self.cfg.trace)
                 if status not in (S_DONE, S_BUFFER_FULL, S_GROW):
                     raise RuntimeError(f"layout returned status {status}")
+                # count only the events the layout got through, so a Mark inside the batch agrees with the layout
+                action_counts += np.bincount(ev_act[start:nxt], minlength=len(ACTION_NAMES))[: len(ACTION_NAMES)]
+                w = is_w[start:nxt]
+                np.add.at(class_writes, ev_cls[start:nxt][w], 1)
+                np.add.at(class_bytes, ev_cls[start:nxt][w], ev_nbytes[start:nxt][w])
                 if nops:
                     yield from self._split(obuf.ob, nops, ctx)
                 start = nxt
@@ -600,9 +607,9 @@ class Replay:
         self._last_arrival = 0
         H, W = R.new_hists()
         self.H = H
-        seg_acc = np.zeros(5, np.int64)
-        win_acc = np.zeros(5, np.int64)
-        self.total_acc = np.zeros(5, np.int64)
+        seg_acc = np.zeros(R.ACC_N, np.int64)
+        win_acc = np.zeros(R.ACC_N, np.int64)
+        self.total_acc = np.zeros(R.ACC_N, np.int64)
         rows: list[dict[str, Any]] = []
         counters0 = self.target.counters()
         last_counters = dict(counters0)
@@ -729,7 +736,7 @@ class Replay:
             "classes": self.n_classes,
             "runtime_ns": runtime_ns,
         }
-        io_bytes = {"read": lay["pages_read"] * pb, "write": user_pages * pb, "trim": None}
+        io_bytes = {"read": lay["pages_read"] * pb, "write": user_pages * pb, "trim": int(self.total_acc[5]) * pb}
         for name in ("read", "write", "trim", "zone_reset"):
             h = hist[name]
             if h.n or name in ("read", "write"):

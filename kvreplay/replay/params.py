@@ -48,6 +48,8 @@ class ReplayParams:
             raise KvbedError(f"--precondition must be in [0, 1], got {self.precondition}")
         if not self.time_scale > 0:
             raise KvbedError(f"--time-scale must be positive, got {self.time_scale}")
+        if self.as_fast_as_possible and self.time_scale != 1.0:  # however each was given (option or --param)
+            raise KvbedError("--time-scale and --as-fast-as-possible exclude each other")
         if self.queue_depth < 1:
             raise KvbedError(f"queue_depth must be >= 1, got {self.queue_depth}")
         if not (0.0 <= self.write_utilization <= 1.0):
@@ -72,7 +74,7 @@ class LayoutParams:
                                    "map to lru, fifo-like ones to fifo)")
     rewrite_in_place: bool = _f(True, "conv/fdp: a rewrite of a resident object of the same size overwrites "
                                       "its extents")
-    gc_free_zones: int = _f(0, "zns: host GC keeps this many zones empty; 0 = max(2, zones / 20)")
+    gc_free_zones: int = _f(0, "zns: host GC keeps this many zones empty (at least 2); 0 = max(2, zones / 20)")
     gc_stream: str = _f("shared", "zns: relocated data goes to one shared GC zone, or one per class")
 
     def validate(self) -> "LayoutParams":

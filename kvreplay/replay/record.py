@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from devicemodels.base import OP_NAMES, OP_READ, OP_WRITE, OP_ZONE_RESET
+from devicemodels.base import OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET
 from devicemodels.histogram import hist_record, new_rows
 from kvreplay.layout.actions import A_READ, A_WRITE
 from kvreplay.layout.common import SRC_GC
@@ -31,6 +31,8 @@ H_NAMES = tuple(OP_NAMES) + ("gc_read", "gc_write", "gc_other", "object_read", "
 # per-window rows
 W_READ, W_WRITE, W_OBJ_READ = 0, 1, 2
 W_ROWS = 3
+#: slots of the per-segment accumulator record_segment fills
+ACC_N = 6
 W_NAMES = ("read", "write", "object_read")
 
 
@@ -44,7 +46,8 @@ def record_segment(op, src, ev, done, arr, ev_act, ev_first, ev_done, H, W, wbyt
     from the arrival of the event's first op to the completion of its last (user ops only).
 
     ``wbytes`` accumulates [user pages written, gc pages written, evict/trim pages...] per segment:
-    index 0 user write pages, 1 gc write pages, 2 zone resets, 3 read ops (user), 4 write ops (user).
+    index 0 user write pages, 1 gc write pages, 2 zone resets, 3 read ops (user), 4 write ops (user),
+    5 trimmed pages (frees and forced evictions).
     """
     for i in range(len(op)):
         lat = done[i] - arr[i]
@@ -70,6 +73,8 @@ def record_segment(op, src, ev, done, arr, ev_act, ev_first, ev_done, H, W, wbyt
                 wbytes[4] += 1
             elif o == OP_ZONE_RESET:  # a zone emptied by a free or an eviction
                 wbytes[2] += 1
+            elif o == OP_TRIM:
+                wbytes[5] += npages[i]
             if src[i] == 0:
                 if done[i] > ev_done[e]:
                     ev_done[e] = done[i]

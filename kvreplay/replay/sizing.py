@@ -42,6 +42,7 @@ import math
 from typing import Any
 
 from devicemodels.params import MiB
+from kvreplay.layout.zone import gc_reserve_zones
 from testbed.errors import KvbedError
 from testbed.params import with_overrides
 
@@ -187,11 +188,11 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
             data_zones = math.ceil(need_pages / cap_pages)
             n_zones = data_zones + zone_streams
             for _ in range(8):  # gc_free_zones=0 means max(2, zones/20): iterate to a fixed point
-                reserve = gc_free_zones or max(2, n_zones // 20)
+                reserve = gc_reserve_zones(n_zones, gc_free_zones)
                 n_zones = data_zones + zone_streams + reserve
             n_zones = max(n_zones, z.max_active_zones)
             groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": n_zones * z.zone_bytes})
-        reserve = gc_free_zones or max(2, n_zones // 20)
+        reserve = gc_reserve_zones(n_zones, gc_free_zones)
         usable = max(0, n_zones - zone_streams - reserve) * cap_pages
         rec.update(zones=n_zones, zone_pages=zone_pages, zone_cap_pages=cap_pages, usable_pages=usable)
         logical = groups["flash"].logical_bytes
