@@ -93,12 +93,29 @@ def _line_fields(groups: dict[str, Any], explicit: set[str], logical_bytes: int)
         while phys / ru < MIN_LINES and ru > block and (ru // 2) % block == 0:
             ru //= 2
         changes["fdp.ru_bytes"] = ru
+        notes += _narrow_stripe("reclaim units", "RUH", ru // block, flash.dies // max(1, groups["fdp"].nrg),
+                                "ru_bytes")
     elif "fdp" not in groups and "zns" not in groups and "blocks_per_line" not in explicit:
         bpl = flash.dies
         while phys / (bpl * block) < MIN_LINES and bpl > 1:
             bpl //= 2
         changes["flash.blocks_per_line"] = 0 if bpl == flash.dies else bpl
+        notes += _narrow_stripe("lines", "write frontier", bpl, flash.dies, "blocks_per_line")
     return changes, notes
+
+
+def _narrow_stripe(unit: str, stream: str, span: int, dies: int, field: str) -> list[str]:
+    """Say when a small device's units span fewer dies than it has: a stream's bandwidth is its span.
+
+    The parallelism sizing raises the dies for the trace's write rate, the line sizing halves units to
+    keep MIN_LINES of them; on a small, write-heavy trace both hold only with narrow stripes, and then
+    latency differences between policies that use different numbers of streams include stripe width.
+    """
+    if span >= dies:
+        return []
+    return [f"{unit} span {span} of {dies} dies (to keep {MIN_LINES} of them on this capacity): one {stream} "
+            f"gets {span}/{dies} of the program bandwidth, so write latencies include stripe width; set "
+            f"{field} or fewer dies (channels, dies_per_channel) to choose otherwise"]
 
 
 def _zone_geometry(groups: dict[str, Any], live_bytes: int) -> Any:
@@ -180,6 +197,9 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
         if not ({"zone_bytes", "zone_cap_bytes"} & explicit):
             groups["zns"] = _zone_geometry(groups, need_pages * pb)
             rec["zone_bytes"], rec["zone_cap_bytes"] = groups["zns"].zone_bytes, groups["zns"].zone_cap_bytes
+            fl = groups["flash"]
+            rec["notes"] += _narrow_stripe("zones", "open zone", groups["zns"].zone_bytes // fl.block_bytes,
+                                           fl.dies, "zone_bytes")
         z = groups["zns"]
         zone_pages, cap_pages = z.zone_bytes // pb, z.zone_cap_bytes // pb
         if is_explicit:
@@ -202,6 +222,7 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
         else:
             logical = need_pages * pb
         changes, notes = _line_fields(groups, explicit, logical)
+        rec["notes"] += notes
         for k, v in changes.items():
             g, f = k.split(".")
             groups[g] = with_overrides(groups[g], {f: v})

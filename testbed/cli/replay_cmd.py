@@ -300,6 +300,8 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     sz = res.get("sizing") or {}
     t.add_row("device", f"{fmt_bytes(sz.get('logical_bytes'))} logical ({sz.get('mode')}, fill "
                         f"{sz.get('fill_ratio_effective', 0):.3f} at peak)")
+    for note in sz.get("notes", []):
+        t.add_row("sizing note", f"[yellow]{note}[/yellow]")
     rt = parts["runtime"]
     t.add_row("events", f"{job['events']['rows_replayed']:,} in {rt['wall_s']:.1f} s "
                         f"({rt['rows_per_s'] or 0:,.0f} events/s)" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
