@@ -65,6 +65,12 @@ def test_list_and_params():
     (["run", "--device", "zns", "--workload", "uniform"], "only takes sequential writes"),
     (["run", "--device", "cxl", "--op", "0.1"], "does not apply to device cxl"),
     (["run", "--pages", "0"], "--pages must be positive"),
+    # a rate <= 0 would silently become "every op arrives at t=0", a saturated run
+    (["run", "--iops", "-5"], "--iops must be > 0, got -5"),
+    (["run", "--iops", "0"], "--iops must be > 0, got 0"),
+    (["run", "--iops", "nan"], "--iops must be > 0, got nan"),
+    (["run", "--load", "0"], "--load must be > 0, got 0"),
+    (["run", "--load", "-1"], "--load must be > 0, got -1"),
 ])
 def test_errors_are_one_line_with_exit_2(args, msg):
     r = CliRunner().invoke(cli, ["device", *args])
