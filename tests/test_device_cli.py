@@ -77,3 +77,14 @@ def test_errors_are_one_line_with_exit_2(args, msg):
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("kvbed: error: ") and msg in lines[0], r.output
+
+
+def test_an_output_dir_that_cannot_be_made_is_refused_before_the_run(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    r = CliRunner().invoke(cli, ["device", "run", "--pages", "4096", "--writes-x", "0.1", *SMALL,
+                                 "-o", str(blocker / "sub")])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kvbed: error: ") and "not a directory" in lines[0], r.output
+    assert blocker.read_text() == "x"
