@@ -26,6 +26,9 @@ from devicemodels.base import DEVICES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE
 from devicemodels.ftl_device import FtlDevice
 from devicemodels.params import FdpParams, FlashParams
 
+# RUH attributes of log 0x21 (namespace association). The model's one namespace lists every RUH
+# as a placement handle (placement ids 0..nruh-1, as the VM testbed's ``fdp.ruhs=0-(nruh-1)``),
+# so each RUH is host specified whether or not data has been written through it yet.
 RUHA_UNUSED, RUHA_HOST = 0, 1
 
 
@@ -90,7 +93,6 @@ class FdpDevice(FtlDevice):
     def stats(self) -> dict[str, Any]:
         out = super().stats()
         c, g, pb = self.counters(), self.geo, self.page_bytes
-        host_by_ruh = self.st.fr_pages.reshape(g.nrg, g.F)[:, : g.nruh].sum(axis=0)
         out["fdp"] = {
             "ruh_type": self.fdp.ruh_type,
             "ru_bytes": self.fdp.ru_bytes,
@@ -101,7 +103,7 @@ class FdpDevice(FtlDevice):
             },
             "ruh_usage_log": {  # Reclaim Unit Handle Usage log page (0x21)
                 "nruh": g.nruh,
-                "ruhus": [{"ruha": RUHA_HOST if host_by_ruh[h] else RUHA_UNUSED} for h in range(g.nruh)],
+                "ruhus": [{"ruha": RUHA_HOST} for _ in range(g.nruh)],
             },
             "ruh_status": {"nruhsd": g.nruh * g.nrg, "ruhss": self.ruh_status()},
             "events": {"ru_not_fully_written": c["ru_not_fully_written"], "ruh_updates": c["ruh_updates"]},

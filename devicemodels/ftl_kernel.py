@@ -26,7 +26,8 @@ minimal-reserve model that the analytic WAF references assume.
 
 Write buffer (``wbuf`` slots > 0): a host page enters the buffer once the slot
 it reuses has been programmed (FIFO flush), completes ``wbuf_ns`` later, and
-its program starts from there; a full buffer makes GC stalls visible to the host.
+its program starts from there (after any foreground GC it triggered): only a full
+buffer makes GC stalls visible to the host.
 
 Performance notes: kernels are compiled without numba's reference counting (see
 :mod:`devicemodels.jit`), so per-line helpers that take the state cost a few ns per
@@ -140,17 +141,18 @@ def wbuf_take(wbuf, misc, g, pos_at, t):
 
 
 @kernel(inline="always")
-def t_host_prog(die_free, ch_free, wbuf, misc, g, die, pos, t_ready, busy_at, pos_at):
-    """Program a host page (in buffer slot ``pos`` from ``t_ready``) on ``die``; the slot is busy
-    until the program ends. Returns when the host sees the write done: ``wbuf_ns`` after the page
-    entered the buffer, or at the program's end without a buffer."""
+def t_host_prog(die_free, ch_free, wbuf, misc, g, die, pos, t_buf, t_ready, busy_at, pos_at):
+    """Program a host page (in buffer slot ``pos`` from ``t_buf``) on ``die`` from ``t_ready``
+    (>= ``t_buf``: later if foreground GC ran first); the slot is busy until the program ends.
+    Returns when the host sees the write done: ``wbuf_ns`` after the page entered the buffer
+    (a GC stall delays only the program), or at the program's end without a buffer."""
     e = t_prog(die_free, ch_free, g, die, t_ready, t_ready)
     if e > misc[busy_at]:
         misc[busy_at] = e
     if g.wbuf > 0:
         wbuf[pos] = e
         misc[pos_at] = pos + 1 if pos + 1 < g.wbuf else 0
-        e = t_ready + g.wbuf_ns
+        e = t_buf + g.wbuf_ns
     return e
 
 
@@ -526,10 +528,11 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                         bhead[bb + c] = ol
                         if c < rgm[org, RG_BMIN]:
                             rgm[org, RG_BMIN] = c
-                t_ready = t
+                t_buf = t
                 pos = 0
                 if timing:
-                    pos, t_ready = wbuf_take(wbuf, misc, g, M_WB_POS, t)
+                    pos, t_buf = wbuf_take(wbuf, misc, g, M_WB_POS, t)
+                t_ready = t_buf
                 line = fr_line[f]
                 if line < 0:
                     t_ready = _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp)
@@ -549,8 +552,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                     _close(st, g, line)
                     fr_line[f] = -1
                 if timing:
-                    e = t_host_prog(die_free, ch_free, wbuf, misc, g, line_die(g, die0[line], line, q), pos, t_ready,
-                                    M_BUSY_UNTIL, M_WB_POS)
+                    e = t_host_prog(die_free, ch_free, wbuf, misc, g, line_die(g, die0[line], line, q), pos, t_buf,
+                                    t_ready, M_BUSY_UNTIL, M_WB_POS)
                     if e > d:
                         d = e
             ctr[C_HOST] += npages[i]

@@ -156,7 +156,8 @@ def _bucket_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 _LOW, _WIDTH = _bucket_bounds()
-_MID = _LOW + (_WIDTH - 1.0) / 2.0
+# the value fio reports for a bucket (plat_idx_to_val): itself below EXACT, else low + width/2
+_MID = np.where(_WIDTH > 1.0, _LOW + _WIDTH / 2.0, _LOW)
 
 
 class LatencyHistogram:

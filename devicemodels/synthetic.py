@@ -40,6 +40,11 @@ def run_synthetic(device: str, workload: str, *, overrides: Iterable[str] | dict
         raise KvbedError(f"--writes-x must be > 0, got {writes_x}")
     if warmup_x < 0:
         raise KvbedError(f"--warmup-x must be >= 0, got {warmup_x}")
+    # (a workload takes rate 0 as "every op arrives at t=0": a saturated run, not what was asked)
+    if iops is not None and not iops > 0:
+        raise KvbedError(f"--iops must be > 0, got {iops:g}")
+    if iops is None and not load > 0:
+        raise KvbedError(f"--load must be > 0, got {load:g}")
     cls = DEVICES.get(device)
     wl_cls = WORKLOADS.get(workload)
     dev = cls.from_params(overrides)

@@ -177,7 +177,7 @@ def zns_submit(zst, zg, op, lba, npages, arrival, done, out_lba, err):
                 for k in range(n):
                     pos, t_ready = wbuf_take(wbuf, misc, zg, ZM_WB_POS, t)
                     e = t_host_prog(die_free, ch_free, wbuf, misc, zg, zone_die(zg, z, wp + k), pos, t_ready,
-                                    ZM_BUSY_UNTIL, ZM_WB_POS)
+                                    t_ready, ZM_BUSY_UNTIL, ZM_WB_POS)
                     if e > d:
                         d = e
             wp += n

@@ -13,6 +13,9 @@ simulator is single-threaded, so two clocks are reported: process CPU time (the 
 core; robust when other jobs share the machine) and wall time (equal to it on an idle machine). Two GC units
 are measured: one block per line (the reference-figure geometry) and the default superblock of
 one block per die (64 dies). The timed runs use arrivals at half the sustainable rate.
+The superblock WAF of exactly 10 is the geometry, not a cap: 69 lines hold 64 of live data, so GC
+must net one free line per filled host line (WAF = victims per host line), and with 16384-page lines
+the partly filled GC line absorbs the spread of valid counts, locking it at 10 victims of 90 % valid.
 
     python scripts/bench_devicemodels.py            # everything (WARP run ~1-2 min)
     python scripts/bench_devicemodels.py --quick    # skip the WARP-sized run

@@ -65,9 +65,26 @@ def test_list_and_params():
     (["run", "--device", "zns", "--workload", "uniform"], "only takes sequential writes"),
     (["run", "--device", "cxl", "--op", "0.1"], "does not apply to device cxl"),
     (["run", "--pages", "0"], "--pages must be positive"),
+    # a rate <= 0 would silently become "every op arrives at t=0", a saturated run
+    (["run", "--iops", "-5"], "--iops must be > 0, got -5"),
+    (["run", "--iops", "0"], "--iops must be > 0, got 0"),
+    (["run", "--iops", "nan"], "--iops must be > 0, got nan"),
+    (["run", "--load", "0"], "--load must be > 0, got 0"),
+    (["run", "--load", "-1"], "--load must be > 0, got -1"),
 ])
 def test_errors_are_one_line_with_exit_2(args, msg):
     r = CliRunner().invoke(cli, ["device", *args])
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("kvbed: error: ") and msg in lines[0], r.output
+
+
+def test_an_output_dir_that_cannot_be_made_is_refused_before_the_run(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    r = CliRunner().invoke(cli, ["device", "run", "--pages", "4096", "--writes-x", "0.1", *SMALL,
+                                 "-o", str(blocker / "sub")])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kvbed: error: ") and "not a directory" in lines[0], r.output
+    assert blocker.read_text() == "x"

@@ -129,3 +129,15 @@ def test_ruh_update_ignores_its_lba_field():
     d.submit(ops(*rows))
     assert d.counters()["ruh_updates"] == 2 and d.counters()["host_pages_written"] == 38
     d.check_invariants()
+
+
+def test_ruh_usage_log_reports_namespace_association_not_writes():
+    # NVMe log 0x21: RUHA says whether a namespace's placement handle list references the RUH
+    # (01h host specified), not whether data was written through it. The model's namespace uses
+    # every RUH as placement ids 0..nruh-1 (as the VM testbed's fdp.ruhs=0-(nruh-1)), so every
+    # RUH is host specified from the start, and stays so after counters are reset.
+    d = make("fdp", *FDP)
+    assert d.stats()["fdp"]["ruh_usage_log"] == {"nruh": 4, "ruhus": [{"ruha": 1}] * 4}
+    d.submit(writes(range(10), pid=2))
+    d.reset_counters()
+    assert d.stats()["fdp"]["ruh_usage_log"] == {"nruh": 4, "ruhus": [{"ruha": 1}] * 4}

@@ -78,3 +78,12 @@ def test_kernels_record_into_rows():
     assert LatencyHistogram(rows[0]).n == 5 and LatencyHistogram(rows[1]).max == 9000
     with pytest.raises(ValueError):
         LatencyHistogram(np.zeros(10, np.int64))
+
+
+def test_percentile_is_fios_bucket_value_low_plus_half_width():
+    # fio's plat_idx_to_val: base + (k + 0.5) * 2**error_bits, i.e. low + width/2 of the bucket.
+    # 200 and 201 share the bucket [200, 202) (width 2): fio reports 201 for every percentile.
+    h = LatencyHistogram.from_values([200, 201, 200, 201])
+    assert set(h.percentiles().values()) == {201}
+    # a 4-wide bucket [256, 260): low + 2
+    assert LatencyHistogram.from_values([256, 259]).value_at(50) == 258

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import typing
+from pathlib import Path
 
 import click
 
@@ -111,6 +113,17 @@ def _print_summary(res: dict) -> None:
                f"{sim['measured_wall_s']:.2f}s, total {sim['wall_s']:.2f}s wall)")
 
 
+def _check_output_dir(output: str) -> None:
+    """Refuse (before the run) an output directory that cannot be made: a file on its path."""
+    for p in (Path(output), *Path(output).parents):
+        if p.exists():
+            if not p.is_dir():
+                raise KvbedError(f"{p} is not a directory", where=f"-o {output}")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise KvbedError(f"{p} is not writable", where=f"-o {output}")
+            return
+
+
 @device.command("run")
 @click.option("--device", "device_name", default="conv", show_default=True, help="Device model (see `device list`).")
 @click.option("--workload", default="uniform", show_default=True, help="uniform | hotcold | sequential")
@@ -153,6 +166,8 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
         probe = cls.from_params(list(params))
         key = "logical_bytes" if "logical_bytes" in flash_fields else "cxl_bytes"
         overrides.append(f"{key}={pages * probe.page_bytes}")
+    if output:
+        _check_output_dir(output)
     kwargs = dict(overrides=overrides, writes_x=writes_x, warmup_x=warmup_x, fill=not no_fill, bs_pages=bs_pages,
                   read_frac=read_frac, iops=iops, load=load, placement=placement, seed=seed)
     if sys.stderr.isatty():
@@ -166,7 +181,10 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
     else:
         res = run_synthetic(device_name, workload, **kwargs)
     if output:
-        write_json(f"{output}/result.json", res)
+        try:
+            write_json(f"{output}/result.json", res)
+        except OSError as exc:
+            raise KvbedError(f"cannot write result.json: {exc.strerror or exc}", where=output) from None
     if as_json:
         click.echo(json.dumps(res, indent=2, default=str))
     else:
