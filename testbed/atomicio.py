@@ -10,6 +10,20 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def check_can_make_dir(path: str | os.PathLike, where: str) -> None:
+    """Refuse, before any work, a directory path that cannot be made: a file on its path, or a nearest
+    existing ancestor that is not writable."""
+    from testbed.errors import KvbedError
+
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            if not p.is_dir():
+                raise KvbedError(f"{p} is not a directory", where=where)
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise KvbedError(f"{p} is not writable", where=where)
+            return
+
+
 def temp_path_for(final: Path, mode: int = 0o666) -> Path:
     """A new empty hidden file beside ``final`` (its directory made if needed) to write into and
     rename. ``mode`` as for ``os.open`` (the umask applies): 0o666 gives the file the permissions a

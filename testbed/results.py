@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
-from testbed.atomicio import _json_default
+from testbed.atomicio import _json_default, check_can_make_dir
 from testbed.errors import KvbedError
 
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
@@ -127,6 +127,7 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise KvbedError("exists and is not a directory", where=str(out))
+    check_can_make_dir(out, str(out))
     if out.is_dir() and any(out.iterdir()) and not _is_run_dir(out):
         raise KvbedError("exists, is not empty and is not a kvbed run directory; choose another -o", where=str(out))
     return out

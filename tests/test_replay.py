@@ -384,6 +384,14 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
     assert not out.exists()
 
 
+def test_an_output_path_blocked_by_a_file_is_refused_before_the_run(trace, tmp_path):
+    (tmp_path / "f").write_text("a file where a directory would go")
+    res = kvbed("replay", trace, "-o", tmp_path / "f" / "out", "-q")
+    one_line_error(res, "is not a directory")
+    assert (tmp_path / "f").read_text() == "a file where a directory would go"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
 @pytest.mark.parametrize("field,value", [("hints", 5), ("device", ["fdp"]), ("trace", None)])
 def test_malformed_config_is_one_line_exit_2(trace, tmp_path, field, value):
     replay_cli(trace, tmp_path / "r", "--hints", "oracle")

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import typing
-from pathlib import Path
 
 import click
 
@@ -113,17 +111,6 @@ def _print_summary(res: dict) -> None:
                f"{sim['measured_wall_s']:.2f}s, total {sim['wall_s']:.2f}s wall)")
 
 
-def _check_output_dir(output: str) -> None:
-    """Refuse (before the run) an output directory that cannot be made: a file on its path."""
-    for p in (Path(output), *Path(output).parents):
-        if p.exists():
-            if not p.is_dir():
-                raise KvbedError(f"{p} is not a directory", where=f"-o {output}")
-            if not os.access(p, os.W_OK | os.X_OK):
-                raise KvbedError(f"{p} is not writable", where=f"-o {output}")
-            return
-
-
 @device.command("run")
 @click.option("--device", "device_name", default="conv", show_default=True, help="Device model (see `device list`).")
 @click.option("--workload", default="uniform", show_default=True, help="uniform | hotcold | sequential")
@@ -150,7 +137,7 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
     """Run a synthetic workload on a device model and report WAF, GC, latency and speed."""
     dm = _devices()
     from devicemodels.synthetic import run_synthetic
-    from testbed.atomicio import write_json
+    from testbed.atomicio import check_can_make_dir, write_json
 
     cls = dm.DEVICES.get(device_name)
     overrides = list(params)
@@ -167,7 +154,7 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
         key = "logical_bytes" if "logical_bytes" in flash_fields else "cxl_bytes"
         overrides.append(f"{key}={pages * probe.page_bytes}")
     if output:
-        _check_output_dir(output)
+        check_can_make_dir(output, f"-o {output}")
     kwargs = dict(overrides=overrides, writes_x=writes_x, warmup_x=warmup_x, fill=not no_fill, bs_pages=bs_pages,
                   read_frac=read_frac, iops=iops, load=load, placement=placement, seed=seed)
     if sys.stderr.isatty():
