@@ -61,6 +61,14 @@ def test_hand_computed_gc_resets_and_host_waf():
     assert (c["pages_written"], c["gc_relocated_pages"], c["gc_runs"], c["zone_resets"]) == (22, 4, 2, 3)
     assert lay.host_waf() == 26 / 22
     assert lay.extents_of(2) == [(20, 2)] and lay.extents_of(4) == [(22, 2)] and lay.extents_of(11) == [(0, 2)]
+    # per zone group: the user stream opened zones 0-4 then 0 again, lost zones 0 and 1 to GC (4 units
+    # relocated) and 2 to the free; it holds 0 (open: 11) and 3, 4 (full). The GC stream filled zone 5.
+    keys = ("stream", "role", "class", "zones_opened", "zone_resets", "relocated_pages", "zones_open", "zones_full",
+            "valid_pages")
+    assert [tuple(g[k] for k in keys) for g in lay.stats()["per_stream"]] == [
+        (0, "user", 0, 6, 3, 4, 1, 2, 10),
+        (1, "gc", None, 1, 0, 0, 0, 1, 4),
+    ]
     dev = zns_device(6, 4, 4)
     submit(dev, ops)
     dc = dev.counters()

@@ -322,6 +322,12 @@ def test_zns_replay_hand_case(tmp_path):
     assert j["host_gc"] == {"runs": 2, "relocated_bytes": 4 << 20, "zone_resets": 3}
     assert j["host_gc_write"]["io_bytes"] == 4 << 20 and j["host_gc_read"]["total_ios"] == 2
     assert j["layout"]["forced_evictions"] == 0 and j["zones"]["zones_by_state"] == {"empty": 2, "open": 1, "full": 3}
+    assert j["zones"]["per_group"] == [  # the layout test's per-stream figures, in bytes
+        {"stream": 0, "role": "user", "class": 0, "zones_open": 1, "zones_full": 2, "zones_opened": 6,
+         "zone_resets": 3, "valid_bytes": 10 << 20, "relocated_bytes": 4 << 20},
+        {"stream": 1, "role": "gc", "class": None, "zones_open": 0, "zones_full": 1, "zones_opened": 1,
+         "zone_resets": 0, "valid_bytes": 4 << 20, "relocated_bytes": 0}]
+    assert "per_stream" not in j["layout"]
 
 
 def test_precondition_is_counted_apart(trace, tmp_path):

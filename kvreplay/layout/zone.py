@@ -27,6 +27,7 @@ from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_RESET
 from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE
 from kvreplay.layout.common import (
+    COUNTER_NAMES,
     EX_LBA,
     EX_LEN,
     EX_NEXT,
@@ -66,6 +67,10 @@ from kvreplay.layout.objtable import ot_find
 
 # zone row (zs[z, k])
 ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)
+# Per-stream counters follow the shared ones in the layout's counter array ``lc``:
+# lc[LC_STREAM0 + SC_N * stream + SC_*] (zones opened, zones reset, pages relocated out by host GC).
+SC_OPENED, SC_RESETS, SC_RELOCATED, SC_N = range(4)
+LC_STREAM0 = len(COUNTER_NAMES)
 Z_EMPTY, Z_OPEN, Z_FULL = 0, 1, 2
 ZONE_STATE_NAMES = ("empty", "open", "full")
 # extra scalar state
@@ -93,6 +98,8 @@ def _q_push(zq, st, z):
 @kernel
 def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
     n = emit(ob, n, OP_ZONE_RESET, z * zone_pages, zone_pages, 0, ev, src)
+    if zs[z, ZS_STREAM] >= 0:
+        lc[LC_STREAM0 + SC_N * zs[z, ZS_STREAM] + SC_RESETS] += 1
     zs[z, ZS_WP] = 0
     zs[z, ZS_VALID] = 0
     zs[z, ZS_STATE] = Z_EMPTY
@@ -137,6 +144,7 @@ def _open(zs, zq, st, lc, sz, stream):
     zs[z, ZS_WP] = 0
     sz[stream] = z
     lc[LC_ZONES_OPENED] += 1
+    lc[LC_STREAM0 + SC_N * stream + SC_OPENED] += 1
     return z
 
 
@@ -209,6 +217,7 @@ def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream
             rem -= take
             first = False
         lc[LC_GC_PAGES] += ln
+        lc[LC_STREAM0 + SC_N * zs[victim, ZS_STREAM] + SC_RELOCATED] += ln
         off += ln
     lc[LC_GC_RUNS] += 1
     n = _reset(zs, zq, st, lc, ob, n, victim, zone_pages, ev, SRC_GC)
@@ -337,6 +346,7 @@ class ZoneLayout(ObjectLayout):
             )
         self.lru = evict_policy == "lru"
         self.state = LayoutState(ST_N)
+        self.state.lc = np.zeros(LC_STREAM0 + SC_N * self.n_streams, np.int64)
         self.zs = np.zeros((self.n_zones, 5), np.int64)
         self.zs[:, ZS_STREAM] = -1
         self.zq = np.arange(self.n_zones, dtype=np.int64)
@@ -391,5 +401,27 @@ class ZoneLayout(ObjectLayout):
             "zones_by_state": {name: int(states[k]) for k, name in enumerate(ZONE_STATE_NAMES)},
             "zone_resets_max": int(self.zs[:, ZS_RESETS].max()) if self.n_zones else 0,
             "host_waf": self.host_waf(),
+            "per_stream": self.per_stream(),
             **c,
         }
+
+    def per_stream(self) -> list[dict]:
+        """One row per zone group (a class's user stream, or a GC stream): its zones now, the zones it
+        opened, the resets of its zones and the pages host GC relocated out of them."""
+        held = self.zs[:, ZS_STREAM] >= 0
+        owner = self.zs[held, ZS_STREAM]
+        n = self.n_streams
+        by_state = [np.bincount(owner[self.zs[held, ZS_STATE] == z], minlength=n) for z in (Z_OPEN, Z_FULL)]
+        valid = np.bincount(owner, weights=self.zs[held, ZS_VALID], minlength=n)
+        sc = self.state.lc[LC_STREAM0:].reshape(n, SC_N)
+        rows = []
+        for k in range(n):
+            gc = k >= self.n_user
+            rows.append({
+                "stream": k, "role": "gc" if gc else "user",
+                "class": (k - self.n_user if self.per_class else None) if gc else k,
+                "zones_open": int(by_state[0][k]), "zones_full": int(by_state[1][k]), "valid_pages": int(valid[k]),
+                "zones_opened": int(sc[k, SC_OPENED]), "zone_resets": int(sc[k, SC_RESETS]),
+                "relocated_pages": int(sc[k, SC_RELOCATED]),
+            })
+        return rows

@@ -770,12 +770,16 @@ class Replay:
         if "zns" in cfg.device_params:
             job["zones"] = {k: lay[k] for k in ("zones", "zone_pages", "zone_cap_pages", "streams", "gc_free_zones",
                                                 "gc_stream", "zones_by_state", "zone_resets_max")}
+            job["zones"]["per_group"] = [  # the zones of each stream, like per_ruh on FDP
+                {**{k: v for k, v in g.items() if not k.endswith("_pages")},
+                 "valid_bytes": g["valid_pages"] * pb, "relocated_bytes": g["relocated_pages"] * pb}
+                for g in lay["per_stream"]]
         job["per_class"] = [
             {"class": k, "pid": int(self.pid_of_class[k]), "writes": int(mk.class_writes[k]),
              "bytes_written": int(mk.class_bytes[k])}
             for k in range(self.n_classes)
         ]
-        job["layout"] = {**lay, "evict_policy": self.evict_policy,
+        job["layout"] = {**{k: v for k, v in lay.items() if k != "per_stream"}, "evict_policy": self.evict_policy,
                          "evict_policy_recorded": getattr(self, "evict_policy_source", None)}
         job["hint_policy"] = {"name": cfg.hints, "knows": self.policy.knows, "offline": self.policy.needs_future,
                               **self.policy.describe()}
