@@ -466,7 +466,7 @@ def _ruh_update(st, g, rg, ruh):
 
 
 # ----------------------------------------------------------------------------- the batch kernel
-@kernel
+@kernel(nogil=True)  # the replay produces the next ops on the other core meanwhile
 def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
     """Run a batch; stops at the first failing op with err = (code, op index, detail)."""
     tmp = st.tmp

@@ -135,7 +135,7 @@ def _reset_zone(zst, zg, z, t):
     return done
 
 
-@kernel
+@kernel(nogil=True)  # the replay produces the next ops on the other core meanwhile
 def zns_submit(zst, zg, op, lba, npages, arrival, done, out_lba, err):
     misc, die_free, ch_free, hist, wbuf, ctr = zst.misc, zst.die_free, zst.ch_free, zst.hist, zst.wbuf, zst.ctr
     for i in range(op.shape[0]):
