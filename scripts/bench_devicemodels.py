@@ -12,7 +12,8 @@ clock covers ``submit`` (batch checks + kernel) for ``--host-x`` x capacity of w
 simulator is single-threaded, so two clocks are reported: process CPU time (the time on one
 core; robust when other jobs share the machine) and wall time (equal to it on an idle machine). Two GC units
 are measured: one block per line (the reference-figure geometry) and the default superblock of
-one block per die (64 dies). The timed runs use arrivals at half the sustainable rate.
+one block per die (64 dies). The timed runs use arrivals at half the sustainable rate of block lines (WAF ~7.7;
+about 40% of it with superblock lines, whose WAF is 10).
 The superblock WAF of exactly 10 is the geometry, not a cap: 69 lines hold 64 of live data, so GC
 must net one free line per filled host line (WAF = victims per host line), and with 16384-page lines
 the partly filled GC line absorbs the spread of valid counts, locking it at 10 victims of 90 % valid.
@@ -68,7 +69,7 @@ def throughput(params: list[str], *, timing: bool, host_x: float, seed: int) -> 
     rss1 = rss_bytes()
     L = d.logical_pages
     iops = 0.0
-    if timing:  # half the sustainable rate: dies of one line / program time / WAF (~7.7)
+    if timing:  # half the sustainable rate of block lines: dies / program time / WAF 8 (superblocks: WAF 10, ~40%)
         f = d.flash
         iops = 0.5 * d.write_dies * 1e9 / f.page_program_ns / 8.0
     bs = batches(L, int(host_x * L), np.random.default_rng(seed + 1), iops=iops)
