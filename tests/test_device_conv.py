@@ -81,12 +81,17 @@ def test_write_buffer_absorbs_until_full():
     assert c.done_ns[5] == (XFER + 2 * PROG) + 1000
 
 
-def test_foreground_gc_stalls_the_write_that_needs_a_line():
-    d = make("conv", "channels=1", "dies_per_channel=1", "op_ratio=0.25")
-    rng = np.random.default_rng(3)
+def age(d, rng):
+    """Untimed fill and 3x random overwrite: a steady-state device whose next writes need GC."""
     with d.untimed():
         d.submit(writes(range(d.logical_pages)))
         d.submit(writes(rng.integers(0, d.logical_pages, 3 * d.logical_pages)))
+
+
+def test_foreground_gc_stalls_the_write_that_needs_a_line():
+    d = make("conv", "channels=1", "dies_per_channel=1", "op_ratio=0.25")
+    rng = np.random.default_rng(3)
+    age(d, rng)
     d.reset_counters()
     n = 2000
     lba = rng.integers(0, d.logical_pages, n)
@@ -107,9 +112,7 @@ def test_a_write_buffer_with_room_hides_the_foreground_gc_stall_from_the_host():
     d = make("conv", "channels=1", "dies_per_channel=1", "op_ratio=0.25", "write_buffer_bytes=16KiB",
              "write_buffer_ns=1us")
     rng = np.random.default_rng(3)
-    with d.untimed():
-        d.submit(writes(range(d.logical_pages)))
-        d.submit(writes(rng.integers(0, d.logical_pages, 3 * d.logical_pages)))
+    age(d, rng)
     d.reset_counters()
     n = 200
     t = np.arange(n) * 100_000_000  # 100 ms apart: the 4-slot buffer always has room
@@ -127,9 +130,7 @@ def test_background_gc_uses_idle_time_and_avoids_stalls():
     for bg in (0, 2):
         d = make("conv", *base, f"gc_bg_free_lines={bg}")
         rng = np.random.default_rng(4)
-        with d.untimed():
-            d.submit(writes(range(d.logical_pages)))
-            d.submit(writes(rng.integers(0, d.logical_pages, 3 * d.logical_pages)))
+        age(d, rng)
         n = 2000
         for phase in ("settle", "measure"):  # the untimed warm-up leaves only fg's reserve free
             d.reset_counters()
