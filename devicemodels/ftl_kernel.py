@@ -14,10 +14,13 @@ otherwise block every later transfer on that channel.
 GC triggers. A host write that needs a new line while at most ``fg`` lines are
 free runs foreground GC first (until more than ``fg`` are free) and waits for it
 (the stall is counted and recorded in the stall histogram). Background GC keeps
-at least ``bg`` lines free using idle time: before an op that arrives at ``t``,
-if no host op has been in flight since ``host_busy <= t``, victims are collected
-back to back from then on as long as each starts before ``t`` (host ops arriving
-later queue behind their die work). With ``bg = fg + 1`` the next allocation
+at least ``bg`` lines free. By default it uses idle time: before an op that arrives
+at ``t``, if no host op has been in flight since ``host_busy <= t``, victims are
+collected back to back from then on as long as each starts before ``t`` (host ops
+arriving later queue behind their die work). With ``bg_on_write`` (FEMU's trigger)
+it runs instead when a host write has opened a line and fewer than ``bg`` are free:
+its work is queued on the dies from the write's time, and the write does not wait
+for it (only for its own die). With ``bg = fg + 1`` the next allocation
 then finds its line without stalling. Background GC holds one more line free
 while a line fills, so on devices with few lines it raises WAF: the usual trade
 of write amplification for fewer stalls. With timing off there is no idle time
@@ -396,6 +399,23 @@ def _make_room(st, g, rg, thr, t0, which, err, tmp):
 
 
 @kernel
+def _bg_gc_on_write(st, g, rg, t, tmp):
+    """With ``bg_on_write``: background GC from ``t`` until ``bg`` lines are free (FEMU's trigger, after
+    a host write opened a line); nobody waits for it."""
+    if not (g.bg_on_write and g.timing):
+        return
+    while free_count(st, rg) < g.bg:
+        _gc_one(st, g, rg, t, tmp)
+        if tmp[0] < 0:
+            break
+        st.ctr[C_GC_BG] += 1
+        if tmp[1] > st.misc[M_BUSY_UNTIL]:
+            st.misc[M_BUSY_UNTIL] = tmp[1]
+        if tmp[0] == 0:  # a victim full of valid data: leave the rest to foreground GC
+            break
+
+
+@kernel
 def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
     """Open a new line for host frontier ``f`` and keep at least ``thr`` lines free.
 
@@ -414,6 +434,7 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
         thr -= 1
     elif free_count(st, rg) > thr:
         _open(st, g, rg, f, ruh)
+        _bg_gc_on_write(st, g, rg, t_ready, tmp)
         return t_ready
     t_gc = _make_room(st, g, rg, thr, t_ready, C_GC_FG, err, tmp)
     if t_gc < 0:
@@ -428,6 +449,8 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
             t_ready = t_gc
     if st.fr_line[f] < 0:
         _open(st, g, rg, f, ruh)
+    if not g.gc_shared:
+        _bg_gc_on_write(st, g, rg, t_ready, tmp)
     return t_ready
 
 
@@ -485,7 +508,7 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                 ahead = l2p[x]  # prefetched PF_OPS/2 ops ago: where that overwrite lands
                 prefetch(p2l, ahead if ahead > 0 else 0)
         t = arrival[i]
-        if timing and misc[M_HOST_BUSY] <= t and misc[M_BG_END] <= t:  # idle: background GC if short of lines
+        if timing and not g.bg_on_write and misc[M_HOST_BUSY] <= t and misc[M_BG_END] <= t:  # idle: bg GC if short
             short = False
             for rg in range(g.nrg):
                 if rgm[rg, RG_FREE_TAIL] - rgm[rg, RG_FREE_HEAD] < g.bg:

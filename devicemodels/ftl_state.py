@@ -94,6 +94,7 @@ class Geo(NamedTuple):
     d: int  # d-choices sample size
     fg: int  # foreground GC threshold (free lines)
     bg: int  # background GC threshold (free lines)
+    bg_on_write: int  # 1: background GC runs when a host write opens a line short of bg (else in idle gaps)
     timing: int
     read_ns: int  # per mapping unit
     prog_ns: int  # per mapping unit
@@ -188,7 +189,7 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
     geo = Geo(
         L=L, P=P, N=N, ppl=ppl, ppb=ppb, bpl=bpl, nrg=nrg, lpr=lpr, dpr=dpr, w=w, bpd=-(-bpl // w), F=F,
         nruh=nruh, pi=pi, policy=policy.code, d=flash.gc_d_choices, fg=flash.gc_fg_free_lines,
-        bg=flash.gc_bg_free_lines, timing=int(flash.timing), read_ns=flash.page_read_ns * k,
+        bg=flash.gc_bg_free_lines, bg_on_write=int(flash.gc_bg_trigger == "threshold"), timing=int(flash.timing), read_ns=flash.page_read_ns * k,
         prog_ns=flash.page_program_ns * k, erase_ns=flash.block_erase_ns * flash.nand_blocks_per_block, xfer_ns=flash.page_xfer_ns,
         channels=flash.channels, dies=dies, wbuf=wbuf, wbuf_ns=flash.write_buffer_ns,
         use_buckets=int(policy.needs_buckets), use_fifo=int(policy.needs_fifo),

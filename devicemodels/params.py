@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from testbed.errors import KvbedError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+GC_BG_TRIGGERS = ("idle", "threshold")
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,15 @@ class FlashParams:
     7%-OP drive would hold most of the spare space empty and inflate WAF.
     Foreground GC runs when a host write needs a new line and at most
     ``gc_fg_free_lines`` are free, and the write waits for it (a stall);
-    background GC keeps at least ``gc_bg_free_lines`` free using idle device
-    time (``gc_bg_free_lines <= gc_fg_free_lines`` disables it). The default
-    ``bg = fg + 1`` moves GC into idle time without holding more space free.
+    background GC keeps at least ``gc_bg_free_lines`` free
+    (``gc_bg_free_lines <= gc_fg_free_lines`` disables it). The default
+    ``bg = fg + 1`` moves GC off the write path without holding more space free.
+    When background GC runs is ``gc_bg_trigger``: ``idle`` (default) uses gaps in
+    which no host op is in flight, so under a load that never leaves the device
+    idle all GC is foreground; ``threshold`` runs it as FEMU does, when a host
+    write has opened a line and fewer than ``gc_bg_free_lines`` are free: the GC work is
+    queued on the dies from then and the write does not wait for it (later
+    host ops queue behind it on the dies it uses).
     """
 
     logical_bytes: int = 4 * GiB
@@ -61,6 +68,7 @@ class FlashParams:
     gc_d_choices: int = 8  # sample size of the "dchoices" policy
     gc_bg_free_lines: int = 2
     gc_fg_free_lines: int = 1
+    gc_bg_trigger: str = "idle"  # idle | threshold (see the class docstring)
     gc_separate_frontier: bool = True  # False (conv only): one frontier, GC copies lead each new host line
     write_buffer_bytes: int = 0  # 0 = write-through: a write completes when programmed
     write_buffer_ns: int = 2_000  # host write latency into the buffer when it has room
@@ -90,6 +98,8 @@ class FlashParams:
                              f"got {self.gc_fg_free_lines}")
         if self.gc_bg_free_lines < 0:
             raise KvbedError(f"gc_bg_free_lines must be >= 0, got {self.gc_bg_free_lines}")
+        if self.gc_bg_trigger not in GC_BG_TRIGGERS:
+            raise KvbedError(f"gc_bg_trigger must be one of {', '.join(GC_BG_TRIGGERS)}, got {self.gc_bg_trigger!r}")
         if not self.gc_separate_frontier and self.gc_fg_free_lines < 2:
             raise KvbedError("gc_separate_frontier=false needs gc_fg_free_lines >= 2 (GC copies into the host "
                              "line it just opened and must still have a free line to continue into)")

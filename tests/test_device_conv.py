@@ -140,6 +140,34 @@ def test_background_gc_uses_idle_time_and_avoids_stalls():
     assert results[2]["gc_bg_runs"] > 0 and results[2]["gc_fg_stall_ns"] == 0
 
 
+def test_threshold_triggered_background_gc_runs_under_a_load_that_never_idles():
+    """Writes every 200 us on 8 dies keep a host op in flight at all times: idle-time background GC never
+    gets a gap, so GC is foreground and stalls writes. gc_bg_trigger=threshold (FEMU's trigger) runs it
+    when a write has opened a line short of gc_bg_free_lines: no foreground GC, no stall, but the same
+    work still occupies the dies, and one more line held free costs WAF on this 40-line device."""
+    res = {}
+    for trig in ("idle", "threshold"):
+        d = make("conv", "channels=2", "dies_per_channel=4", "op_ratio=0.25", f"gc_bg_trigger={trig}")
+        rng = np.random.default_rng(4)
+        age(d, rng)
+        n = 4000
+        for phase in ("settle", "measure"):
+            d.reset_counters()
+            t = d.stats()["device_busy_until_ns"] + np.arange(n) * 200_000
+            comp = d.submit(writes(rng.integers(0, d.logical_pages, n), t=t))
+        res[trig] = (d.counters(), d.waf(), comp.done_ns - t)
+    (idle, idle_waf, idle_lat), (thr, thr_waf, thr_lat) = res["idle"], res["threshold"]
+    assert (idle_lat > 200_000).all() and (thr_lat > 200_000).all()  # never idle: an op always in flight
+    assert idle["gc_bg_runs"] <= 1 and idle["gc_fg_runs"] > 90 and idle["gc_fg_stall_ns"] > 0
+    assert thr["gc_fg_runs"] == 0 and thr["gc_fg_stall_ns"] == 0 and thr["gc_bg_runs"] == thr["gc_runs"] > 90
+    assert thr_waf > idle_waf
+    # untimed there is no background GC in either mode: the minimal-reserve model of the references
+    untimed = [make("conv", "op_ratio=0.25", "timing=false", f"gc_bg_trigger={trig}") for trig in ("idle", "threshold")]
+    for d in untimed:
+        age(d, np.random.default_rng(4))
+    assert untimed[0].counters() == untimed[1].counters() and untimed[1].counters()["gc_bg_runs"] == 0
+
+
 def test_runs_are_deterministic():
     def run():
         d = make("conv", "gc_policy=random", "op_ratio=0.2", "seed=7")
