@@ -326,7 +326,8 @@ def _groups(names: list[str], op_n: np.ndarray, op_b: np.ndarray, obj_group: np.
             "hits": int(row_n[OPS.index("hit")]),
             "deletes": int(row_n[OPS.index("delete")]),
             "invalidations": int(row_n[OPS.index("invalidate")]),
-            "lifetime_p50_ns": int(np.percentile(lt, 50)) if len(lt) else None,
-            "lifetime_p90_ns": int(np.percentile(lt, 90)) if len(lt) else None,
+            # nearest rank, as the trace-wide percentiles (no value between two objects' lifetimes)
+            "lifetime_p50_ns": int(np.percentile(lt, 50, method="inverted_cdf")) if len(lt) else None,
+            "lifetime_p90_ns": int(np.percentile(lt, 90, method="inverted_cdf")) if len(lt) else None,
         })
     return out

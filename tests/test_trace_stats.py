@@ -78,6 +78,8 @@ def test_counts_lifetimes_and_top_share(tmp_path):
     ten = {t["name"]: t for t in s["tenants"]}
     assert ten["odd"]["loads"] == 8 and ten["odd"]["objects"] == 6 and ten["even"]["objects"] == 5
     assert ten["even"]["lifetime_p50_ns"] == 10 * S
+    # odd lifetimes 10, 10, 10, 10, 100 s: nearest rank gives 100 s at p90 (interpolation would say 64 s)
+    assert (ten["odd"]["lifetime_p50_ns"], ten["odd"]["lifetime_p90_ns"]) == (10 * S, 100 * S)
 
 
 def test_stats_of_a_tier_simulated_trace(tmp_path):
