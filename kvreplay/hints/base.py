@@ -43,7 +43,6 @@ class Future:
     clock: str
     lifetime: np.ndarray  # int64, -1 = never dies
     weight: np.ndarray  # int32 mapping units
-    end: int  # the clock at the end of the trace
 
     @property
     def n(self) -> int:

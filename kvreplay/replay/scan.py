@@ -200,6 +200,5 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
     res.peak_write_bytes_per_s = int(per_sec.max())
     if record_future:
         w = res.writes
-        end = int(acc[AC_CLOCK]) if clock == "bytes" else res.t_last_ns
-        res.future = Future(clock=clock, lifetime=life[:w], weight=wpages[:w], end=end)
+        res.future = Future(clock=clock, lifetime=life[:w], weight=wpages[:w])
     return res
