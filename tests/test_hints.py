@@ -251,3 +251,39 @@ def test_lifetime_figures_in_result_json_name_their_clock_unit(traces, clock, un
         pred.assign(b, act, tidx[act[tidx] == A_WRITE])
     d = pred.describe()
     assert d[f"mean_log2_lifetime_{unit}"] > 0 and len(d[f"edges_log2_{unit}"]) == 3
+
+
+def test_predicted_features_follow_the_reference_definitions(tmp_path):
+    """``predicted`` computes prefix depth and session turn online in its own kernel (only for objects it
+    still tracks); on a tier-simulated synth trace, streamed in small row groups, every tracked object's
+    depth and turn bucket equal kvreplay.tiers.features' definitions (PrefixDepth, session_turns)."""
+    from kvreplay.hints.predicted import TURN_BUCKETS, _log_bucket
+    from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams, synthesize
+    from kvreplay.tiers.features import PrefixDepth, session_turns
+    from kvreplay.tiers.sim import simulate_to_file
+
+    path = tmp_path / "s.parquet"
+    simulate_to_file(synthesize(SynthParams(duration_s=150)), SYNTH_TIER_DEFAULTS, path, S.TraceMeta(),
+                     row_group_rows=2000)
+    whole, _ = S.read_trace(path)
+    turn_of: dict[int, int] = {}
+    for o, t in zip(whole["obj_id"].tolist(), session_turns(whole["request_id"], whole["session_id"]).tolist()):
+        turn_of.setdefault(o, max(t, 0))
+    cls = HINTS.get("predicted")
+    pol = cls(4, cls.Params(), seed=0, tier=S.TIER_SSD)
+    reader = S.TraceReader(path)
+    lut = action_table(S.TIER_SSD)
+    ref = PrefixDepth()
+    got, want = [], []
+    for b in reader.iter_batches(list(dict.fromkeys(SCAN_COLUMNS + cls.columns))):
+        act, tidx = select(lut, b["op"], b["tier"])
+        pol.assign(b, act, tidx[act[tidx] == A_WRITE])
+        depth = dict(zip(b["obj_id"].tolist()[::-1], ref(b).tolist()[::-1]))  # first event of each object
+        for o, d in depth.items():
+            s = pol.objs.find(o)
+            if s >= 0:
+                got.append((int(pol.objs.cols["depth"][s]), int(pol.objs.cols["bucket"][s]) % TURN_BUCKETS))
+                want.append((d, _log_bucket(turn_of[o], TURN_BUCKETS)))
+    assert reader.num_row_groups > 20 and len(got) > 10_000
+    assert max(d for d, _ in want) >= 3 and max(t for _, t in want) >= 1  # deep prefixes, later turns
+    assert got == want
