@@ -27,12 +27,11 @@ its channel transfer takes page_bytes / channel rate; a block of ``pages_per_blo
 k x pages_per_block NAND pages, so its erase costs ``block_erase_ns`` per ``nand_pages_per_block``
 of them (FEMU: 1 MiB units with pages_per_block=1 erase in one 2 ms block erase).
 
-Numba cache note: kernels are ``@njit(cache=True)``; numba keys a cached kernel on its own
-file only, so :mod:`testbed.numbacache` keeps one cache directory per fingerprint of the kernel
-sources: editing a module a kernel imports from (histogram.py, ftl_state.py) recompiles.
+Kernels come from :mod:`devicemodels.jit` (``njit``, ``kernel``): numba's on-disk cache, stamped with
+a fingerprint of every kernel source (editing a module a kernel inlines from recompiles it) and set up
+at the first compile, not on import.
 """
 
-import testbed  # noqa: F401  (keys numba's kernel cache before any kernel compiles)
 from devicemodels.base import DEVICES, GC_POLICIES  # noqa: F401
 from devicemodels import gc_policies  # noqa: F401  (registers GC policies)
 from devicemodels import conv, cxl, cxl_ssd, fdp, zns  # noqa: F401  (register devices)

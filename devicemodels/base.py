@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from testbed.registry import Registry
+from testbed.core.registry import Registry
 
 OP_READ = 0
 OP_WRITE = 1
@@ -119,7 +119,7 @@ class DeviceModel(abc.ABC):
     def from_params(cls, overrides: Any = (), **groups: Any) -> "DeviceModel":
         """Build from default params plus overrides: ``["op_ratio=7%", "fdp.nruh=4"]`` or a
         ``{key: value}`` dict (values typed or text), each key routed to the group with that field."""
-        from testbed.params import field_types, split_overrides, with_overrides
+        from testbed.core.params import field_types, split_overrides, with_overrides
 
         base = {g: groups.get(g) or c() for g, c in cls.param_classes.items()}
         if isinstance(overrides, dict):
@@ -138,13 +138,13 @@ class DeviceModel(abc.ABC):
 
     def config(self) -> dict[str, Any]:
         """``{"device": name, group: {field: value}}``: enough to rebuild the device."""
-        from testbed.params import to_dict
+        from testbed.core.params import to_dict
 
         return {"device": self.name, **{g: to_dict(p) for g, p in self.params.items()}}
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "DeviceModel":
-        from testbed.params import from_dict
+        from testbed.core.params import from_dict
 
         return cls(**{g: from_dict(c, cfg.get(g, {}), where=f"config.{g}") for g, c in cls.param_classes.items()})
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels import histogram
 from devicemodels.base import DEVICES, OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, Completion, DeviceModel
@@ -34,7 +34,7 @@ class CxlGeo(NamedTuple):
     bytes_per_s: int
 
 
-@njit(cache=True)
+@njit
 def cxl_submit(cg, link, ctr, hist, op, npages, arrival, done):
     for i in range(op.shape[0]):
         t = arrival[i]

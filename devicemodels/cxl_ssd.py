@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels import histogram
 from devicemodels.base import DEVICES, OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, Completion, DeviceModel
@@ -40,7 +40,7 @@ class CsGeo(NamedTuple):
     xfer_ns: int  # one page over the CXL link
 
 
-@njit(cache=True)
+@njit
 def cache_pass(cg, tags, dirty, stamp, link, ctr, op, lba, npages, arrival, link_done,
                f_op, f_lba, f_arr, f_parent):
     """Phase 1: cache and link for every op; returns the number of flash ops emitted."""
@@ -122,7 +122,7 @@ def cache_pass(cg, tags, dirty, stamp, link, ctr, op, lba, npages, arrival, link
     return nf
 
 
-@njit(cache=True)
+@njit
 def finish_pass(cg, op, arrival, link_done, f_op, f_parent, f_done, nf, done, hist):
     """Phase 3: an op is done when its link transfer and its slowest flash read are."""
     for i in range(op.shape[0]):

@@ -12,7 +12,7 @@ import contextlib
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels import ftl_kernel as K
 from devicemodels import ftl_state as S
@@ -20,7 +20,7 @@ from devicemodels.base import OP_DTYPES, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TR
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from devicemodels.params import FlashParams
 from devicemodels.summary import latency_by_op, wear_summary
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 
@@ -36,7 +36,7 @@ def as_batch(ops: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     return cols
 
 
-@njit(cache=True)
+@njit
 def _scan_batch(op, lba, npages, pid, arrival, logical_pages, allowed, n_pid):
     """First op the device must refuse: (code, index), code 0 = none. One pass, no temporaries."""
     for i in range(op.shape[0]):

@@ -1,7 +1,7 @@
 """Geometry and state arrays of the page-mapped FTL shared by ``conv`` and ``fdp``.
 
 Why a NamedTuple of flat arrays: numba kernels take it as one argument, it is
-cached by ``@njit(cache=True)`` (jitclasses are not), and every field is a plain
+cached by ``@njit`` (jitclasses are not), and every field is a plain
 numpy array whose ``nbytes`` adds up to the device's memory footprint. The
 per-page state is two ``int32`` maps (L2P per logical page, P2L per physical
 page: ~8 bytes per physical page); everything else is per line.
@@ -28,7 +28,7 @@ import numpy as np
 from devicemodels import histogram, rng
 from devicemodels.base import GC_POLICIES, OP_NAMES
 from devicemodels.params import FdpParams, FlashParams
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 # line states
 LINE_FREE, LINE_OPEN, LINE_CLOSED, LINE_VICTIM = 0, 1, 2, 3

@@ -25,7 +25,7 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 SUB_BITS = 6  # 64 linear sub-buckets per power of two
 SUB = 1 << SUB_BITS  # 64
@@ -45,7 +45,7 @@ FIO_PERCENTILES = (1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.
                    99.5, 99.9, 99.95, 99.99)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _bit_length(v):
     n = 0
     if v >= (1 << 32):
@@ -69,7 +69,7 @@ def _bit_length(v):
     return n + v
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def bucket_index(v):
     """Bucket of a non-negative int64 value."""
     if v < EXACT:
@@ -78,7 +78,7 @@ def bucket_index(v):
     return EXACT + (shift - 1) * SUB + ((v >> shift) - SUB)
 
 
-@njit(cache=True)
+@njit
 def bucket_low(i):
     """Smallest value that falls in bucket ``i``."""
     if i < EXACT:
@@ -87,14 +87,14 @@ def bucket_low(i):
     return (SUB + (i - EXACT) % SUB) << shift
 
 
-@njit(cache=True)
+@njit
 def bucket_width(i):
     if i < EXACT:
         return 1
     return 1 << ((i - EXACT) // SUB + 1)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def hist_record(h, v):
     """Record value ``v`` (ns) into the flat histogram row ``h``."""
     if v < 0:
@@ -110,7 +110,7 @@ def hist_record(h, v):
     sq[0] += float(v) * float(v)
 
 
-@njit(cache=True)
+@njit
 def hist_record_many(h, values):
     for i in range(values.shape[0]):
         hist_record(h, values[i])

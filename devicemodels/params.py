@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 GC_BG_TRIGGERS = ("idle", "threshold")

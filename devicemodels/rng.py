@@ -9,7 +9,7 @@ state array, seeded from ``FlashParams.seed``; runs are reproducible.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -23,7 +23,7 @@ def new_state(seed: int) -> np.ndarray:
     return np.array([np.uint64(seed & 0xFFFFFFFFFFFFFFFF)], dtype=np.uint64)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def next_u64(state):
     x = state[0] + _GOLDEN
     state[0] = x
@@ -32,7 +32,7 @@ def next_u64(state):
     return z ^ (z >> _S31)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def below(state, n):
     """Uniform int in [0, n) (n > 0; modulo bias is < n / 2**64)."""
     return np.int64(next_u64(state) % np.uint64(n))

@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 from devicemodels.base import DEVICES
 from devicemodels.workloads import WORKLOADS, WorkloadSpec
-from testbed import __version__
-from testbed.errors import KvbedError
+from testbed.core.version import __version__
+from testbed.core.errors import KvbedError
 
 
 def auto_iops(dev, bs_pages: int, load: float) -> float:

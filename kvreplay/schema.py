@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from testbed.atomicio import json_default, temp_path_for
-from testbed.errors import KvbedError
+from testbed.core.atomicio import json_default, temp_path_for
+from testbed.core.errors import KvbedError
 
 FORMAT_NAME = "kvbed-lifecycle"
 FORMAT_VERSION = 1
@@ -175,7 +175,7 @@ class TraceWriter:
         scopes: list[str] | None = None,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     ):
-        from testbed import __version__
+        from testbed.core.version import __version__
 
         self.path = Path(path)
         try:

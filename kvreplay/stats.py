@@ -22,7 +22,7 @@ import os
 from typing import Any, Callable
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels.histogram import SLOT_N, LatencyHistogram, hist_record, new_rows
 from kvreplay.schema import (
@@ -55,7 +55,7 @@ O_WIDTH = 8
 S_POS, S_MARKS, S_ACCESSES, S_REUSES, S_COLD = range(5)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _fw_add(tree, i, v):
     n = tree.shape[0]
     i += 1
@@ -64,7 +64,7 @@ def _fw_add(tree, i, v):
         i += i & (-i)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _fw_sum(tree, i):
     """Sum of positions [0, i]."""
     s = 0
@@ -75,7 +75,7 @@ def _fw_sum(tree, i):
     return s
 
 
-@njit(cache=True)
+@njit
 def _compact(OS, pos_obj, fw_n, fw_b, sc):
     """Renumber the marked positions 0..marks-1 (keeping order) and rebuild both trees."""
     m = 0
@@ -97,7 +97,7 @@ def _compact(OS, pos_obj, fw_n, fw_b, sc):
     sc[S_MARKS] = m
 
 
-@njit(cache=True)
+@njit
 def _stats_kernel(ts, op, oi, tier, nbytes, kind, tenant, OS, TP, pos_obj, fw_n, fw_b, H, sc):
     for i in range(ts.shape[0]):
         o = oi[i]

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay.requests import RequestTrace
 from kvreplay.tiers.chunking import hash_combine
 from kvreplay.tiers.sim import TierSimParams
-from testbed.errors import KvbedError
-from testbed.params import name_value_pairs, nonneg_number
+from testbed.core.errors import KvbedError
+from testbed.core.params import name_value_pairs, nonneg_number
 
 PROFILES = ("chat", "rag", "agent", "batch")
 GiB = 1 << 30
@@ -288,7 +288,7 @@ def synthesize(p: SynthParams, tier: TierSimParams = SYNTH_TIER_DEFAULTS) -> Req
     )
 
 
-@njit(cache=True)
+@njit
 def _block_hashes(seg_off, seg_uid, seg_len, scope, B, blk_off):
     """Chained hash of every B-token block of each request's segment sequence."""
     n = seg_off.shape[0] - 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay.schema import (
     KINDS,
@@ -46,7 +46,7 @@ from kvreplay.schema import (
     TIERS,
     TraceReader,
 )
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 VIOLATIONS = (
     ("time_backwards", "ts_ns is smaller than the previous row's"),
@@ -141,7 +141,7 @@ class IdIndex:
         return np.where(hit, self._idx[pos], -1)
 
 
-@njit(cache=True)
+@njit
 def _check(ts, op, oi, pi, tier, kind, nbytes, ntok, req, sess, row0,
            state, copies, size0, kind0, last_ts, vrow, vcode, vcount, nops, ntiers, nkinds):
     n = ts.shape[0]
@@ -229,7 +229,7 @@ def _check(ts, op, oi, pi, tier, kind, nbytes, ntok, req, sess, row0,
     return 0
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _flag(vrow, vcode, vcount, row, code):
     n = vcount.sum()
     if n < vrow.shape[0]:
@@ -238,7 +238,7 @@ def _flag(vrow, vcode, vcount, row, code):
     vcount[code] += 1
 
 
-@njit(cache=True)
+@njit
 def _never_committed(state, copies):
     n = 0
     mask = np.int64(0xFF) << PRODUCING_SHIFT
@@ -248,7 +248,7 @@ def _never_committed(state, copies):
     return n
 
 
-@njit(cache=True)
+@njit
 def _half_deleted(state):
     n = 0
     for o in range(state.shape[0]):
@@ -257,7 +257,7 @@ def _half_deleted(state):
     return n
 
 
-@njit(cache=True)
+@njit
 def _live_copies(state, copies):
     n = 0
     for o in range(state.shape[0]):

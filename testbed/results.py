@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
-from testbed.atomicio import _json_default, check_can_make_dir
-from testbed.errors import KvbedError
+from testbed.core.atomicio import check_can_make_dir, json_default
+from testbed.core.errors import KvbedError
 
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
 
@@ -63,7 +63,7 @@ def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n"
+    return json.dumps(obj, indent=2, default=json_default, allow_nan=False) + "\n"
 
 
 def _clean(obj: Any) -> Any:

@@ -5,7 +5,7 @@ import pytest
 
 from devicemodels import DEVICES
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 from device_helpers import ops
 

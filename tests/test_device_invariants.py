@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET, op_batch
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 from device_helpers import make
 

@@ -37,7 +37,7 @@ from devicemodels.base import (OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZON
                                OP_ZONE_RESET, op_batch)
 from replay_fixtures import two_lifetimes
 from testbed.cli import cli
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 from testbed.vm import checks, image, state
 from testbed.vm import vm as vm_mod
 from testbed.vm.client import AgentClient, AgentTimeout, VmDied

@@ -33,7 +33,7 @@ from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.actions import A_WRITE
 from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 
 from kvreplay.hints import HINTS
 from kvreplay.hints.oracle import OracleHints, OracleParams
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ Knows: the kind and tenant of the object being written (and which pairs wrote be
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.objtable import ObjTable, ot_full, ot_insert
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _type_kernel(start, kind, tenant, writes, kv, meta, free, pair_cls, nxt, out, n_classes):
     for j in range(start, len(writes)):
         i = writes[j]

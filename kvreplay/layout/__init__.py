@@ -17,7 +17,7 @@ from kvreplay.layout.common import (
 )
 from kvreplay.layout.extent import ExtentLayout
 from kvreplay.layout.zone import ZoneLayout
-from testbed.registry import Registry
+from testbed.core.registry import Registry
 
 LAYOUTS: Registry[type] = Registry("layout")
 LAYOUTS.register("extent")(ExtentLayout)

@@ -21,7 +21,7 @@ to a batch and gathers the indices of the tier's events in one numba pass.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay import schema as S
 
@@ -43,7 +43,7 @@ def action_table(tier: int) -> np.ndarray:
     return lut
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _select(op, tier, lut, act, idx):
     n = 0
     for i in range(op.shape[0]):

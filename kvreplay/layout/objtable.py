@@ -18,7 +18,7 @@ for a whole batch, which keeps them in cache.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 # meta[] layout (an int64 array so kernels can update the counters in place)
 M_COUNT = 0  # keys in the table
@@ -30,7 +30,7 @@ _C2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _mix(key):
     # murmur3 fmix64: good avalanche for sequential ids
     k = np.uint64(key)
@@ -42,12 +42,12 @@ def _mix(key):
     return k
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _home(kv, key):
     return np.int64(_mix(key) & np.uint64(kv.shape[0] - 1))
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _probe(kv, key):
     """Index of ``key``'s entry, or of the empty entry where its probe sequence ends."""
     k = np.int64(key)
@@ -58,19 +58,19 @@ def _probe(kv, key):
     return i
 
 
-@njit(cache=True)
+@njit
 def ot_find(kv, key):
     """Slot of ``key`` or -1."""
     return kv[_probe(kv, key), 1]
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def ot_full(kv, meta, free):
     """True if one more insert could exceed the load factor or the slot columns."""
     return meta[M_COUNT] + 1 > (kv.shape[0] >> 1) or (meta[M_NFREE] == 0 and meta[M_HIGH] >= free.shape[0])
 
 
-@njit(cache=True)
+@njit
 def ot_insert(kv, meta, free, key):
     """Slot of ``key``, inserting it with a fresh slot if absent. Returns (slot, inserted).
 
@@ -90,7 +90,7 @@ def ot_insert(kv, meta, free, key):
     return slot, True
 
 
-@njit(cache=True)
+@njit
 def ot_remove(kv, meta, free, key):
     """Remove ``key``; its slot goes back on the free stack. Returns the slot or -1."""
     i = _probe(kv, key)
@@ -120,7 +120,7 @@ def ot_remove(kv, meta, free, key):
     return slot
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _rehash(kv, new_kv):
     mask = new_kv.shape[0] - 1
     for i in range(kv.shape[0]):

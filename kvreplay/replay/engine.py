@@ -17,7 +17,7 @@ the ops through a guest kernel: :mod:`testbed.vm.replay`), and the layout and
 hints do not know which one runs.
 
 A target that fails part-way (a VM that dies, an agent that stops answering)
-raises a :class:`~testbed.errors.KvbedError` whose ``partial`` is the
+raises a :class:`~testbed.core.errors.KvbedError` whose ``partial`` is the
 completion of the ops that did complete; the run then records that prefix and
 returns a result marked incomplete, with the one-line ``error``.
 
@@ -56,8 +56,8 @@ from kvreplay.replay import record as R
 from kvreplay.replay.params import LayoutParams, ReplayParams
 from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import apply_defaults, explicit_keys, page_bytes_of, size_device
-from testbed.errors import KvbedError
-from testbed.params import from_dict, split_overrides, to_dict, with_overrides
+from testbed.core.errors import KvbedError
+from testbed.core.params import from_dict, split_overrides, to_dict, with_overrides
 
 FIO_VERSION_KEY = "kvbed version"
 OP_BUFFER_MIN = 1 << 16
@@ -131,7 +131,7 @@ class RunConfig:
     target: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from testbed import __version__
+        from testbed.core.version import __version__
 
         d = {
             "kvbed_version": __version__,
@@ -714,7 +714,7 @@ class Replay:
         return row
 
     def _result(self, rows, counters0, rows_done, incomplete, wall0, replay_s) -> dict[str, Any]:
-        from testbed import __version__
+        from testbed.core.version import __version__
         from testbed.results import io_entry
 
         cfg, sc, pb = self.cfg, self.scan, self.page_bytes

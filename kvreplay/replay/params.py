@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvreplay import schema as S
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 def _f(default, help: str, cli: bool = False):

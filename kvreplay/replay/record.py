@@ -11,7 +11,7 @@ Two views of latency are kept apart on purpose:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels.base import OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET
 from devicemodels.histogram import hist_record, new_rows
@@ -40,7 +40,7 @@ def new_hists() -> tuple[np.ndarray, np.ndarray]:
     return new_rows(H_ROWS), new_rows(W_ROWS)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def record_segment(op, src, ev, done, arr, ev_act, ev_first, ev_done, H, W, wbytes, npages):
     """Record ops of one segment (all ops of the events ev[0]..ev[-1]) and those events' object latency:
     from the arrival of the event's first op to the completion of its last (user ops only).

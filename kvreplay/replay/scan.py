@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay import schema as S
 from kvreplay.hints.base import Future
@@ -33,7 +33,7 @@ SCAN_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes")
 AC_N = 18
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _scan_kernel(start, ts, obj, act, nbytes, pages, kv, meta, free, c_pages, c_bytes, c_wseq, c_birth,
                  acc, life, wpages, record, clock_bytes, per_sec, t_first):
     """Events [start, ...); returns where it stopped (len(act) = done, else the table must grow)."""

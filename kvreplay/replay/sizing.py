@@ -43,8 +43,8 @@ from typing import Any
 
 from devicemodels.params import MiB
 from kvreplay.layout.zone import gc_reserve_zones
-from testbed.errors import KvbedError
-from testbed.params import with_overrides
+from testbed.core.errors import KvbedError
+from testbed.core.params import with_overrides
 
 MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% OP with 8 RUHs
 

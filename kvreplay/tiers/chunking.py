@@ -14,14 +14,14 @@ objects smaller than a source block (Mooncake: 512-token ids) or larger
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _fmix(k):
     k ^= k >> np.uint64(33)
     k *= _C1
@@ -31,12 +31,12 @@ def _fmix(k):
     return k
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def hash_combine(h, v):
     return _fmix(h ^ (np.uint64(v) + _GOLD + (h << np.uint64(6)) + (h >> np.uint64(2))))
 
 
-@njit(cache=True)
+@njit
 def _count_chunks(block_offsets, input_tokens, B, T):
     n = input_tokens.shape[0]
     off = np.zeros(n + 1, np.int64)
@@ -47,7 +47,7 @@ def _count_chunks(block_offsets, input_tokens, B, T):
     return off
 
 
-@njit(cache=True)
+@njit
 def _chunk_hashes(block_offsets, block_ids, input_tokens, scope, B, T, off):
     n = input_tokens.shape[0]
     m = off[n]

@@ -11,12 +11,12 @@ before its children), so a policy that must not see the future can use them.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay.schema import KIND, OP_TRANSFORM
 
 
-@njit(cache=True)
+@njit
 def _depths(obj, parent, kind, op, depth_of, exact_code):
     out = np.empty(obj.shape[0], np.int32)
     for i in range(obj.shape[0]):

@@ -18,7 +18,7 @@ O object ids):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from kvreplay.schema import (
     OP_COMMIT,
@@ -124,7 +124,7 @@ WRITE_THROUGH, SPILL = 0, 1
 # ----------------------------------------------------------------------------- queues
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _push_head(Q, S, t, q, k, nb):
     h = Q[t, q, QH]
     S[t, k, S_NEXT] = h
@@ -138,7 +138,7 @@ def _push_head(Q, S, t, q, k, nb):
     Q[t, q, QN] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _unlink(Q, S, t, q, k, nb):
     nx = S[t, k, S_NEXT]
     pv = S[t, k, S_PREV]
@@ -154,12 +154,12 @@ def _unlink(Q, S, t, q, k, nb):
     Q[t, q, QN] -= 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _used(Q, t):
     return Q[t, QS, QB] + Q[t, QM, QB]
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def pol_insert(Q, S, P, t, k, nb):
     """Admit key k (bytes nb) into tier t's queues; room must have been made."""
     if S[t, k, S_W] == W_GHOST:
@@ -176,7 +176,7 @@ def pol_insert(Q, S, P, t, k, nb):
     S[t, k, S_CB] = nb
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def pol_touch(Q, S, P, t, k):
     w = S[t, k, S_W]
     if P[t, P_TOUCH] > 0.0:
@@ -187,7 +187,7 @@ def pol_touch(Q, S, P, t, k):
         S[t, k, S_F] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def pol_remove(Q, S, t, k):
     """Drop k from whatever queue holds it (ghost included)."""
     w = S[t, k, S_W]
@@ -196,7 +196,7 @@ def pol_remove(Q, S, t, k):
         S[t, k, S_W] = W_NONE
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _ghost_add(Q, S, P, cap, t, k):
     limit = P[t, P_GHOST] * cap[t]
     if limit <= 0.0:
@@ -210,7 +210,7 @@ def _ghost_add(Q, S, P, cap, t, k):
         S[t, g, S_W] = W_NONE
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def pol_victim(Q, S, P, cap, t, cur, allow_pinned):
     """Choose and unlink a victim from tier t; -1 if the tier is empty.
 
@@ -263,7 +263,7 @@ def pol_victim(Q, S, P, cap, t, cur, allow_pinned):
 # ----------------------------------------------------------------------------- events
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _emit(EV, sc, OA, ts, op, o, tier, req, sess):
     i = sc[SC_POS]
     if i >= sc[SC_CAP]:
@@ -284,7 +284,7 @@ def _emit(EV, sc, OA, ts, op, o, tier, req, sess):
     sc[SC_POS] = i + 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _new_obj(sc, OA, parent, ntok, tenant, scope, kind, nbytes, sess):
     o = sc[SC_NEXT_OBJ]
     sc[SC_NEXT_OBJ] = o + 1
@@ -299,7 +299,7 @@ def _new_obj(sc, OA, parent, ntok, tenant, scope, kind, nbytes, sess):
     return o
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _end_copy(EV, sc, OA, CT, S, t, k, ts, req, sess, op_if_shared):
     """A copy left tier t (already unlinked): evict/invalidate, or delete if it was the last copy."""
     o = S[t, k, S_OI]
@@ -324,7 +324,7 @@ def _end_copy(EV, sc, OA, CT, S, t, k, ts, req, sess, op_if_shared):
         CT[t, CT_INVAL_BYTES] += nb
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _lower(cap, t):
     for u in range(t + 1, NT):
         if cap[u] > 0:
@@ -332,7 +332,7 @@ def _lower(cap, t):
     return -1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _copy_for(sc, OA, CT, EV, tenant_kind, kind_ratio, x, u, src_tier, ts, req, sess):
     """Object that tier u stores for exact object x: x itself, or a derived (transformed) copy for the SSD."""
     if u != SSD:
@@ -348,7 +348,7 @@ def _copy_for(sc, OA, CT, EV, tenant_kind, kind_ratio, x, u, src_tier, ts, req, 
     return y
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _size_in(OA, tenant_kind, kind_ratio, x, u):
     nb = OA[x, OA_NBYTES]
     if u == SSD:
@@ -358,7 +358,7 @@ def _size_in(OA, tenant_kind, kind_ratio, x, u):
     return nb
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _place(Q, S, P, OA, CT, EV, sc, t, k, o, ts, req, sess, op):
     pol_insert(Q, S, P, t, k, OA[o, OA_NBYTES])
     S[t, k, S_OI] = o
@@ -372,7 +372,7 @@ def _place(Q, S, P, OA, CT, EV, sc, t, k, o, ts, req, sess, op):
         CT[t, CT_PEAK_BYTES] = u
 
 
-@njit(cache=True)
+@njit
 def _make_room(Q, S, P, OA, CT, EV, sc, cap, tenant_kind, kind_ratio, wpol,
                t0, need0, ts, req, sess, FR):
     """Evict from tier t0 until ``need0`` more bytes fit; with the spill policy a victim is
@@ -425,7 +425,7 @@ def _make_room(Q, S, P, OA, CT, EV, sc, cap, tenant_kind, kind_ratio, wpol,
         d -= 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _admit(Q, S, P, OA, CT, EV, sc, cap, tenant_kind, kind_ratio, wpol,
            t, k, x, src, ts, req, sess, FR):
     """Write exact object x (key k) into tier t as a persist (transforming it for the SSD if configured)."""
@@ -445,13 +445,13 @@ def _admit(Q, S, P, OA, CT, EV, sc, cap, tenant_kind, kind_ratio, wpol,
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _present(S, t, k):
     w = S[t, k, S_W]
     return w == W_SMALL or w == W_MAIN
 
 
-@njit(cache=True)
+@njit
 def _invalidate_scope(Q, S, OA, CT, EV, sc, cap, scope_keys, scope_off, s, ts, G):
     """Drop every copy of the scope's keys; returns False if it must be resumed after a flush."""
     i = scope_off[s] + sc[SC_INV_POS]
@@ -473,7 +473,7 @@ def _invalidate_scope(Q, S, OA, CT, EV, sc, cap, scope_keys, scope_off, s, ts, G
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _touch_ttl(ttl_ns, S, ex, ex_head, ex_tail, sc, k, tenant, ts):
     """Refresh key k's retention deadline (prompt-cache TTL): queue (ts + ttl, k) on its tenant's list.
     Deadlines of one tenant are queued in time order, so each list is a FIFO (no heap needed)."""
@@ -493,7 +493,7 @@ def _touch_ttl(ttl_ns, S, ex, ex_head, ex_tail, sc, k, tenant, ts):
     ex_tail[tenant] = i
 
 
-@njit(cache=True)
+@njit
 def _next_deadline(ex, ex_head):
     best = -1
     for g in range(ex_head.shape[0]):
@@ -503,7 +503,7 @@ def _next_deadline(ex, ex_head):
     return best
 
 
-@njit(cache=True)
+@njit
 def _expire_one(Q, S, OA, CT, EV, sc, cap, ttl_ns, ex, ex_head, ex_tail, g, G):
     """Pop tenant g's earliest deadline; if still current, delete every copy of the key."""
     i = ex_head[g]
@@ -529,7 +529,7 @@ def _expire_one(Q, S, OA, CT, EV, sc, cap, ttl_ns, ex, ex_head, ex_tail, g, G):
         G[G_EXPIRED] += 1
 
 
-@njit(cache=True)
+@njit
 def _background(Q, S, OA, CT, EV, sc, cap, scope_keys, scope_off, inv_ts, inv_scope,
                 ttl_ns, ex, ex_head, ex_tail, G, upto):
     """Invalidations and TTL expiries due by ``upto``, in time order. Returns False if the event
@@ -555,7 +555,7 @@ def _background(Q, S, OA, CT, EV, sc, cap, scope_keys, scope_off, inv_ts, inv_sc
             _expire_one(Q, S, OA, CT, EV, sc, cap, ttl_ns, ex, ex_head, ex_tail, g, G)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def run_kernel(
     # requests
     arrival, out_tok, sess_of, tenant_of, scope_of, chunk_off, chunk_key, chunk_ntok,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.registry import Registry
+from testbed.core.registry import Registry
 
 
 @dataclass(frozen=True)

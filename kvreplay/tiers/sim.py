@@ -60,8 +60,8 @@ from kvreplay.tiers import kernel as K
 from kvreplay.tiers.chunking import chunk_requests
 from kvreplay.tiers.geometry import DEFAULT_MODEL, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
-from testbed.errors import KvbedError
-from testbed.params import name_value_pairs, nonneg_number
+from testbed.core.errors import KvbedError
+from testbed.core.params import name_value_pairs, nonneg_number
 
 GiB = 1 << 30
 TiB = 1 << 40

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from testbed import __version__
-from testbed.errors import KvbedError
+from testbed.core.version import __version__
+from testbed.core.errors import KvbedError
 
 # command name -> "module:attribute"; one line per command group.
 _COMMANDS = {

@@ -14,7 +14,7 @@ import typing
 
 import click
 
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 def _devices():
@@ -137,7 +137,7 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
     """Run a synthetic workload on a device model and report WAF, GC, latency and speed."""
     dm = _devices()
     from devicemodels.synthetic import run_synthetic
-    from testbed.atomicio import check_can_make_dir, write_json
+    from testbed.core.atomicio import check_can_make_dir, write_json
 
     cls = dm.DEVICES.get(device_name)
     overrides = list(params)

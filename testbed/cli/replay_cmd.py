@@ -30,7 +30,7 @@ from rich.table import Table
 
 from kvreplay.replay.params import ReplayParams
 from testbed.cli.console import console
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli.console import console
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
-from testbed.params import field_types, split_overrides, with_overrides
+from testbed.core.params import field_types, split_overrides, with_overrides
 
 # --------------------------------------------------------------------------- helpers
 

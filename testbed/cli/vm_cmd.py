@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 
 def _fmt_bytes(n: int) -> str:

@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
+from devicemodels.jit import njit
 
 from devicemodels.base import OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET
 from kvreplay.agent.wire import expected_crc
 
 
-@njit(cache=True)
+@njit
 def fdp_predict(op, npages, pid, ok, ruamw, ru_lbas, max_cmd_lbas, lbas_per_page):
     """Replay QEMU's FDP accounting; updates ``ruamw`` (per pid, in LBAs) in place.
 
@@ -61,7 +61,7 @@ def fdp_predict(op, npages, pid, ok, ruamw, ru_lbas, max_cmd_lbas, lbas_per_page
     return host, extra, swaps
 
 
-@njit(cache=True)
+@njit
 def zns_predict(op, lba, npages, ok, assigned, wp, zcap, zone_lbas, lbas_per_page):
     """Replay zone write-pointer movement (LBAs, in place on ``wp``); returns the number of zone
     appends whose assigned LBA (``assigned``, in pages) was not the zone's write pointer."""

@@ -17,17 +17,13 @@ import numpy as np
 import zmq
 
 from kvreplay.agent.wire import WIRE_VERSION, encode
-from testbed.errors import KvbedError
+from kvreplay.replay.target import TargetFailed
 
 POLL_SLICE_MS = 100
 
 
-class VmError(KvbedError):
+class VmError(TargetFailed):
     """The VM or its agent failed; ``partial`` holds what completed before (if a stream was running)."""
-
-    def __init__(self, message: str, *, where: str | None = None, partial=None):
-        super().__init__(message, where=where)
-        self.partial = partial
 
 
 class AgentTimeout(VmError):

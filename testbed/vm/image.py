@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from testbed.atomicio import write_json
-from testbed.errors import KvbedError
+from testbed.core.atomicio import write_json
+from testbed.core.errors import KvbedError
 from testbed.vm import paths
 
 IMAGE_FILES = ("vmlinux", "initrd.img", "root.qcow2")

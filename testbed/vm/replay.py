@@ -54,8 +54,8 @@ from devicemodels.base import OP_WRITE, OP_ZONE_APPEND, OP_ZONE_RESET, op_batch
 from kvreplay.hints import HINTS
 from kvreplay.replay.engine import Replay, RunConfig, build_config
 from kvreplay.replay.params import LayoutParams, ReplayParams
-from testbed.errors import KvbedError
-from testbed.params import field_types, from_dict, split_overrides, to_dict, with_overrides
+from testbed.core.errors import KvbedError
+from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
 from testbed.vm import checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
 from testbed.vm.target import VmCompletion, VmTarget

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ import re
 import typing
 from typing import Any, Iterable, Iterator, TypeVar
 
-from testbed.errors import KvbedError
+from testbed.core.errors import KvbedError
 
 D = TypeVar("D")
 

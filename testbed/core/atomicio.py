@@ -13,7 +13,7 @@ from typing import Any, Iterator
 def check_can_make_dir(path: str | os.PathLike, where: str) -> None:
     """Refuse, before any work, a directory path that cannot be made: a file on its path, or a nearest
     existing ancestor that is not writable."""
-    from testbed.errors import KvbedError
+    from testbed.core.errors import KvbedError
 
     for p in (Path(path), *Path(path).parents):
         if p.exists():
@@ -70,6 +70,3 @@ def json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-_json_default = json_default  # the name testbed.results imports
