@@ -82,6 +82,14 @@ class DeviceModel(abc.ABC):
     @abc.abstractmethod
     def logical_pages(self) -> int: ...
 
+    #: a zoned namespace (ZNS): the host writes zones sequentially and resets them; else a flat one
+    zoned: ClassVar[bool] = False
+
+    @classmethod
+    def placement_classes(cls, params: dict[str, Any]) -> int:
+        """How many placement ids a host can address on a device of these parameter groups (1 = none)."""
+        return 1
+
     @property
     def n_placement_ids(self) -> int:
         """How many distinct placement classes the device can separate (1 = none)."""
@@ -119,6 +127,12 @@ class DeviceModel(abc.ABC):
     def from_params(cls, overrides: Any = (), **groups: Any) -> "DeviceModel":
         """Build from default params plus overrides: ``["op_ratio=7%", "fdp.nruh=4"]`` or a
         ``{key: value}`` dict (values typed or text), each key routed to the group with that field."""
+        return cls(**cls.param_groups(overrides, **groups))
+
+    @classmethod
+    def param_groups(cls, overrides: Any = (), **groups: Any) -> dict[str, Any]:
+        """The parameter groups ``from_params`` would build the device from (defaults plus overrides),
+        without building it."""
         from testbed.core.params import field_types, split_overrides, with_overrides
 
         base = {g: groups.get(g) or c() for g, c in cls.param_classes.items()}
@@ -134,7 +148,7 @@ class DeviceModel(abc.ABC):
         else:
             for g, kv in split_overrides(list(overrides), cls.param_classes).items():
                 base[g] = with_overrides(base[g], kv)
-        return cls(**base)
+        return base
 
     def config(self) -> dict[str, Any]:
         """``{"device": name, group: {field: value}}``: enough to rebuild the device."""

@@ -11,7 +11,6 @@ from devicemodels.params import FlashParams
 class ConvDevice(FtlDevice):
     """Page-mapped FTL; placement ids are ignored (every write shares one frontier)."""
 
-    name = "conv"
     param_classes = {"flash": FlashParams}
 
     def __init__(self, flash: FlashParams | None = None):

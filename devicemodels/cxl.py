@@ -66,7 +66,6 @@ def cxl_submit(cg, link, ctr, hist, op, npages, arrival, done):
 
 @DEVICES.register("cxl")
 class CxlDevice(DeviceModel):
-    name = "cxl"
     param_classes = {"cxl": CxlParams}
     supported_ops = (OP_READ, OP_WRITE, OP_TRIM)
 

@@ -139,7 +139,6 @@ def finish_pass(cg, op, arrival, link_done, f_op, f_parent, f_done, nf, done, hi
 
 @DEVICES.register("cxl-ssd")
 class CxlSsdDevice(DeviceModel):
-    name = "cxl-ssd"
     param_classes = {"flash": FlashParams, "cxl": CxlParams, "cache": CxlSsdParams}
     supported_ops = (OP_READ, OP_WRITE, OP_TRIM)
 

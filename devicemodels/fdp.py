@@ -34,7 +34,6 @@ RUHA_UNUSED, RUHA_HOST = 0, 1
 
 @DEVICES.register("fdp")
 class FdpDevice(FtlDevice):
-    name = "fdp"
     param_classes = {"flash": FlashParams, "fdp": FdpParams}
     supported_ops = (OP_READ, OP_WRITE, OP_TRIM, OP_RUH_UPDATE)
 
@@ -42,6 +41,10 @@ class FdpDevice(FtlDevice):
         self.fdp = (fdp or FdpParams()).validate()
         super().__init__(flash, self.fdp)
         self.params = {"flash": self.flash, "fdp": self.fdp}
+
+    @classmethod
+    def placement_classes(cls, params: dict[str, Any]) -> int:
+        return params["fdp"].nruh * params["fdp"].nrg
 
     @property
     def n_placement_ids(self) -> int:

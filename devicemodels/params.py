@@ -11,9 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.core.errors import KvbedError
+from testbed.core.params import check_fields, param
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-GC_BG_TRIGGERS = ("idle", "threshold")
+
+
+def _gc_policy_names() -> list[str]:
+    from devicemodels.base import GC_POLICIES  # the registry fills as devicemodels.gc_policies is imported
+
+    return GC_POLICIES.names()
 
 
 @dataclass(frozen=True)
@@ -49,31 +55,36 @@ class FlashParams:
     host ops queue behind it on the dies it uses).
     """
 
-    logical_bytes: int = 4 * GiB
-    page_bytes: int = 4 * KiB
-    pages_per_block: int = 256
-    channels: int = 8
-    dies_per_channel: int = 8
-    op_ratio: float = 0.07  # (physical - logical) / logical
-    page_read_ns: int = 40_000
-    page_program_ns: int = 200_000
-    block_erase_ns: int = 2_000_000
-    pe_cycles_rated: int = 3000
-    # --- additive fields (geometry, GC, timing) ---
-    nand_page_bytes: int = 4 * KiB
-    nand_pages_per_block: int = 256  # a NAND erase block (FEMU: 256 x 4 KiB); sets erase time and wear
-    blocks_per_line: int = 0  # 0 = one block per die (full stripe)
-    channel_bytes_per_s: int = 800_000_000  # ONFI/Toggle bus rate per channel
-    gc_policy: str = "greedy"  # a name in devicemodels.GC_POLICIES
-    gc_d_choices: int = 8  # sample size of the "dchoices" policy
-    gc_bg_free_lines: int = 2
-    gc_fg_free_lines: int = 1
-    gc_bg_trigger: str = "idle"  # idle | threshold (see the class docstring)
-    gc_separate_frontier: bool = True  # False (conv only): one frontier, GC copies lead each new host line
-    write_buffer_bytes: int = 0  # 0 = write-through: a write completes when programmed
-    write_buffer_ns: int = 2_000  # host write latency into the buffer when it has room
-    timing: bool = True  # False: no latency model (faster); completion = arrival
-    seed: int = 0
+    logical_bytes: int = param(4 * GiB, "capacity the host sees")
+    page_bytes: int = param(4 * KiB, "mapping unit (one L2P entry); a multiple of nand_page_bytes")
+    pages_per_block: int = param(256, "mapping units per block")
+    channels: int = param(8, "flash channels (FEMU default 8)")
+    dies_per_channel: int = param(8, "dies (LUNs) per channel")
+    op_ratio: float = param(0.07, "over-provisioning: (physical - logical) / logical")
+    page_read_ns: int = param(40_000, "NAND page read (FEMU default)")
+    page_program_ns: int = param(200_000, "NAND page program (FEMU default)")
+    block_erase_ns: int = param(2_000_000, "NAND block erase (FEMU default)")
+    pe_cycles_rated: int = param(3000, "rated program/erase cycles per block (wear: lifetime consumed)")
+    nand_page_bytes: int = param(4 * KiB, "NAND page")
+    nand_pages_per_block: int = param(256, "NAND pages per erase block (FEMU: 256 x 4 KiB); sets erase time "
+                                           "and wear")
+    blocks_per_line: int = param(0, "blocks per line (the allocation and GC unit); 0 = one block per die "
+                                    "(full stripe)")
+    channel_bytes_per_s: int = param(800_000_000, "ONFI/Toggle bus rate per channel")
+    gc_policy: str = param("greedy", "GC victim policy", choices=_gc_policy_names)
+    gc_d_choices: int = param(8, "sample size of the d-choices policy")
+    gc_bg_free_lines: int = param(2, "background GC keeps at least this many free lines per reclaim group")
+    gc_fg_free_lines: int = param(1, "foreground GC runs (and the write waits) at this many free lines")
+    gc_bg_trigger: str = param("idle", "when background GC runs: in idle gaps, or as FEMU does when a host "
+                                       "write opens a line short of gc_bg_free_lines",
+                               choices=("idle", "threshold"))
+    gc_separate_frontier: bool = param(True, "GC copies go to their own frontier; false (conv only): one "
+                                             "frontier, GC copies lead each new host line")
+    write_buffer_bytes: int = param(0, "device write buffer; 0 = write-through: a write completes when "
+                                       "programmed")
+    write_buffer_ns: int = param(2_000, "host write latency into the buffer when it has room")
+    timing: bool = param(True, "false: no latency model (faster); completion = arrival")
+    seed: int = param(0, "seed of the device's random choices (GC tie breaks, random victims)")
 
     def validate(self) -> "FlashParams":
         for name in ("logical_bytes", "page_bytes", "pages_per_block", "channels", "dies_per_channel",
@@ -98,15 +109,12 @@ class FlashParams:
                              f"got {self.gc_fg_free_lines}")
         if self.gc_bg_free_lines < 0:
             raise KvbedError(f"gc_bg_free_lines must be >= 0, got {self.gc_bg_free_lines}")
-        if self.gc_bg_trigger not in GC_BG_TRIGGERS:
-            raise KvbedError(f"gc_bg_trigger must be one of {', '.join(GC_BG_TRIGGERS)}, got {self.gc_bg_trigger!r}")
+        check_fields(self)
         if not self.gc_separate_frontier and self.gc_fg_free_lines < 2:
             raise KvbedError("gc_separate_frontier=false needs gc_fg_free_lines >= 2 (GC copies into the host "
                              "line it just opened and must still have a free line to continue into)")
         if self.logical_pages >= 2**31 - 1:
             raise KvbedError(f"too many logical pages ({self.logical_pages}) for 32-bit maps; raise page_bytes")
-        from devicemodels.base import GC_POLICIES  # late: policies register on package import
-        GC_POLICIES.get(self.gc_policy)
         return self
 
     @property
@@ -150,19 +158,19 @@ class FlashParams:
 class FdpParams:
     """NVMe Flexible Data Placement: reclaim groups, reclaim unit handles, reclaim unit size."""
 
-    ru_bytes: int = 16 * MiB
-    nruh: int = 8
-    nrg: int = 1
-    ruh_type: str = "initially"  # "initially" (II, shared GC destination) or "persistently" (PI)
+    ru_bytes: int = param(16 * MiB, "reclaim unit (whole blocks)")
+    nruh: int = param(8, "reclaim unit handles (placement ids per reclaim group)")
+    nrg: int = param(1, "reclaim groups (split the dies evenly)")
+    ruh_type: str = param("initially", "GC destination of a RUH's data: initially isolated (one shared GC "
+                                       "destination) or persistently isolated (one per RUH)",
+                          choices=("initially", "persistently"))
 
     def validate(self) -> "FdpParams":
         if self.ru_bytes <= 0 or self.nruh <= 0 or self.nrg <= 0:
             raise KvbedError("ru_bytes, nruh and nrg must be positive")
         if self.nruh > 128:
             raise KvbedError(f"nruh must be <= 128, got {self.nruh}")
-        if self.ruh_type not in ("initially", "persistently"):
-            raise KvbedError(f"ruh_type must be 'initially' or 'persistently', got {self.ruh_type!r}")
-        return self
+        return check_fields(self)
 
     def validate_with(self, flash: FlashParams) -> "FdpParams":
         """Checks that need the NAND geometry: an RU is whole blocks, RGs split the dies evenly."""
@@ -183,13 +191,12 @@ class FdpParams:
 class ZnsParams:
     """NVMe Zoned Namespace: zone size vs writable capacity, open/active limits."""
 
-    zone_bytes: int = 64 * MiB
-    zone_cap_bytes: int = 48 * MiB
-    max_open_zones: int = 14
-    max_active_zones: int = 14
-    # NVMe ZNS: opening a zone beyond the open limit implicitly closes an implicitly
-    # opened zone (QEMU's auto-transition); False makes it a "too many open zones" error.
-    implicit_close: bool = True
+    zone_bytes: int = param(64 * MiB, "zone size (LBA range)")
+    zone_cap_bytes: int = param(48 * MiB, "writable capacity of a zone (<= zone_bytes)")
+    max_open_zones: int = param(14, "open zone limit")
+    max_active_zones: int = param(14, "active zone limit")
+    implicit_close: bool = param(True, "opening a zone beyond the open limit implicitly closes an implicitly "
+                                       "opened one (QEMU's auto-transition); false: a too-many-open-zones error")
 
     def validate(self) -> "ZnsParams":
         if self.zone_bytes <= 0 or self.zone_cap_bytes <= 0:
@@ -214,11 +221,11 @@ class ZnsParams:
 class CxlParams:
     """CXL type-3 memory expander (volatile)."""
 
-    cxl_bytes: int = 512 * MiB
-    load_ns: int = 250  # local DRAM ~100 ns + CXL hop; see reference-figures.md
-    store_ns: int = 250
-    bandwidth_bytes_per_s: int = 32_000_000_000
-    page_bytes: int = 4 * KiB  # addressing unit of op batches (lba, npages)
+    cxl_bytes: int = param(512 * MiB, "memory capacity")
+    load_ns: int = param(250, "load latency: local DRAM ~100 ns + the CXL hop (reference-figures.md)")
+    store_ns: int = param(250, "store latency")
+    bandwidth_bytes_per_s: int = param(32_000_000_000, "link and media bandwidth")
+    page_bytes: int = param(4 * KiB, "addressing unit of op batches (lba, npages)")
 
     def validate(self) -> "CxlParams":
         for name in ("cxl_bytes", "load_ns", "store_ns", "bandwidth_bytes_per_s", "page_bytes"):
@@ -237,8 +244,8 @@ class CxlSsdParams:
     NAND read of the backing FTL; evicting a dirty page writes it to flash in the background.
     """
 
-    cache_bytes: int = 256 * MiB
-    cache_ways: int = 8
+    cache_bytes: int = param(256 * MiB, "DRAM page cache in front of the flash")
+    cache_ways: int = param(8, "set associativity of the cache")
 
     def validate_with(self, flash: FlashParams) -> "CxlSsdParams":
         if self.cache_bytes <= 0 or self.cache_ways <= 0:

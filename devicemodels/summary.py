@@ -1,4 +1,4 @@
-"""Shared pieces of the fio-shaped ``stats()`` dicts: latency per op type and wear."""
+"""The fio-shaped pieces of results: per-direction job entries, latency per op type, wear."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ import numpy as np
 
 from devicemodels.base import OP_NAMES
 from devicemodels.histogram import LatencyHistogram
+
+
+def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict[str, Any]:
+    """fio's per-direction job entry: io_bytes, bw_bytes, iops, runtime, total_ios, lat_ns."""
+    n = h.n
+    secs = runtime_ns / 1e9 if runtime_ns > 0 else 0.0
+    out: dict[str, Any] = {}
+    if io_bytes is not None:
+        out["io_bytes"] = int(io_bytes)
+        out["io_kbytes"] = int(io_bytes) // 1024
+        out["bw_bytes"] = int(io_bytes / secs) if secs else 0
+    out["iops"] = n / secs if secs else 0.0
+    out["runtime_ns"] = int(runtime_ns)
+    out["total_ios"] = n
+    out["lat_ns"] = h.to_dict()
+    return out
 
 
 def latency_by_op(hist: np.ndarray, page_bytes: int, pages_by_op: dict[str, int]) -> dict[str, Any]:

@@ -74,7 +74,7 @@ _ERRORS = {
 
 @DEVICES.register("zns")
 class ZnsDevice(DeviceModel):
-    name = "zns"
+    zoned = True
     param_classes = {"flash": FlashParams, "zns": ZnsParams}
     supported_ops = (OP_READ, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_RESET, OP_ZONE_FINISH)
 

@@ -35,7 +35,7 @@ from kvreplay.requests import RequestTrace
 from kvreplay.tiers.chunking import hash_combine
 from kvreplay.tiers.sim import TierSimParams
 from testbed.core.errors import KvbedError
-from testbed.core.params import name_value_pairs, nonneg_number
+from testbed.core.params import name_value_pairs, nonneg_number, param
 
 PROFILES = ("chat", "rag", "agent", "batch")
 GiB = 1 << 30
@@ -53,34 +53,34 @@ ADAPTER_PROFILES = ("agent", "batch")
 class SynthParams:
     """Synthetic workload (all lengths in tokens; times in seconds)."""
 
-    seed: int = 0
-    duration_s: float = 1200.0  # sessions start within [0, duration); later requests are cut
-    tenants: int = 4  # profiles cycle chat, rag, agent, batch
-    sessions_per_s: float = 1.2  # session arrival rate, all tenants together (Poisson)
-    profile_weights: str = "chat=0.35,rag=0.30,agent=0.20,batch=0.15"  # share of sessions per profile
-    block_tokens: int = 64  # tokens per block id
-    system_prompt_tokens: int = 1500  # mean (lognormal, sigma 0.3), one prompt per tenant
-    chat_turns: float = 6.0  # mean turns per chat session (geometric)
-    chat_user_tokens: int = 200
-    chat_output_tokens: int = 300
-    chat_think_s: float = 25.0
-    rag_corpus_docs: int = 800
-    rag_zipf_alpha: float = 1.1
-    rag_doc_tokens: int = 2500
-    rag_docs_max: int = 3  # documents per request: uniform 1..max
-    rag_question_tokens: int = 80
-    rag_output_tokens: int = 250
-    rag_followup_prob: float = 0.3
-    rag_think_s: float = 30.0
-    agent_steps: float = 12.0  # mean steps per agent loop (geometric)
-    agent_task_tokens: int = 600
-    agent_action_tokens: int = 120
-    agent_tool_tokens: int = 500
-    agent_tool_s: float = 2.0
-    batch_doc_tokens: int = 6000
-    batch_output_tokens: int = 400
-    adapter_update_s: float = 400.0  # 0 = never
-    max_input_tokens: int = 128_000  # context limit: a session ends before exceeding it
+    seed: int = param(0, "seed of every random draw of the generator")
+    duration_s: float = param(1200.0, "sessions start within [0, duration); later requests are cut")
+    tenants: int = param(4, "tenants; their profiles cycle chat, rag, agent, batch")
+    sessions_per_s: float = param(1.2, "session arrival rate, all tenants together (Poisson)")
+    profile_weights: str = param("chat=0.35,rag=0.30,agent=0.20,batch=0.15", "share of sessions per profile")
+    block_tokens: int = param(64, "tokens per block id")
+    system_prompt_tokens: int = param(1500, "mean system prompt (lognormal, sigma 0.3), one prompt per tenant")
+    chat_turns: float = param(6.0, "mean turns per chat session (geometric)")
+    chat_user_tokens: int = param(200, "chat: tokens of a user turn")
+    chat_output_tokens: int = param(300, "chat: tokens of an answer")
+    chat_think_s: float = param(25.0, "chat: user think time between turns")
+    rag_corpus_docs: int = param(800, "rag: documents in the corpus")
+    rag_zipf_alpha: float = param(1.1, "rag: Zipf exponent of document popularity")
+    rag_doc_tokens: int = param(2500, "rag: tokens of a document")
+    rag_docs_max: int = param(3, "rag: documents per request, uniform in 1..max")
+    rag_question_tokens: int = param(80, "rag: tokens of a question")
+    rag_output_tokens: int = param(250, "rag: tokens of an answer")
+    rag_followup_prob: float = param(0.3, "rag: probability of a follow-up question")
+    rag_think_s: float = param(30.0, "rag: think time before a follow-up")
+    agent_steps: float = param(12.0, "agent: mean steps per agent loop (geometric)")
+    agent_task_tokens: int = param(600, "agent: tokens of the task")
+    agent_action_tokens: int = param(120, "agent: tokens of an action")
+    agent_tool_tokens: int = param(500, "agent: tokens of a tool result")
+    agent_tool_s: float = param(2.0, "agent: tool call time")
+    batch_doc_tokens: int = param(6000, "batch: tokens of a document")
+    batch_output_tokens: int = param(400, "batch: tokens of an answer")
+    adapter_update_s: float = param(400.0, "period of adapter (scope) updates that invalidate KV; 0 = never")
+    max_input_tokens: int = param(128_000, "context limit: a session ends before exceeding it")
 
     def validate(self) -> "SynthParams":
         for name in ("duration_s", "sessions_per_s", "block_tokens", "tenants", "max_input_tokens", "rag_corpus_docs"):

@@ -46,22 +46,6 @@ from testbed.core.errors import KvbedError
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
 
 
-def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict[str, Any]:
-    """fio's per-direction job entry: io_bytes, bw_bytes, iops, runtime, total_ios, lat_ns."""
-    n = h.n
-    secs = runtime_ns / 1e9 if runtime_ns > 0 else 0.0
-    out: dict[str, Any] = {}
-    if io_bytes is not None:
-        out["io_bytes"] = int(io_bytes)
-        out["io_kbytes"] = int(io_bytes) // 1024
-        out["bw_bytes"] = int(io_bytes / secs) if secs else 0
-    out["iops"] = n / secs if secs else 0.0
-    out["runtime_ns"] = int(runtime_ns)
-    out["total_ios"] = n
-    out["lat_ns"] = h.to_dict()
-    return out
-
-
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=json_default, allow_nan=False) + "\n"
 

@@ -61,7 +61,7 @@ def test_list_and_params():
     (["run", "--workload", "zipf"], "unknown workload 'zipf'"),
     (["run", "--op", "0.001", "--pages", "65536"], "too small for GC to make progress"),
     (["run", "--param", "nruh=4"], "unknown parameter 'nruh'"),
-    (["run", "--gc", "lru"], "unknown GC victim policy 'lru'"),
+    (["run", "--gc", "lru"], "gc_policy: expected one of cost-benefit, d-choices, fifo, greedy, random, got 'lru'"),
     (["run", "--device", "zns", "--workload", "uniform"], "only takes sequential writes"),
     (["run", "--device", "cxl", "--op", "0.1"], "does not apply to device cxl"),
     (["run", "--pages", "0"], "--pages must be positive"),

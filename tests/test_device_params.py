@@ -17,8 +17,8 @@ SMALL = ["logical_bytes=16MiB", "pages_per_block=16", "channels=2", "dies_per_ch
     (dict(page_bytes=6144, logical_bytes=6144 * 100), "multiple of nand_page_bytes"),
     (dict(op_ratio=0.0), "op_ratio must be in"),
     (dict(gc_fg_free_lines=0), "gc_fg_free_lines must be >= 1"),
-    (dict(gc_policy="lru"), "unknown GC victim policy 'lru'"),
-    (dict(gc_bg_trigger="always"), "gc_bg_trigger must be one of idle, threshold"),
+    (dict(gc_policy="lru"), "gc_policy: expected one of cost-benefit, d-choices, fifo, greedy, random, got 'lru'"),
+    (dict(gc_bg_trigger="always"), "gc_bg_trigger: expected one of idle, threshold, got 'always'"),
     (dict(page_read_ns=-1), "page_read_ns must be >= 0"),
     (dict(gc_separate_frontier=False, gc_fg_free_lines=1), "needs gc_fg_free_lines >= 2"),
 ])

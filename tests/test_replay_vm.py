@@ -227,7 +227,7 @@ def test_ephemeral_config_and_param_routing(trace):
     assert build_vm_config(str(trace), "zns", "none", ["backing=file"]).target["vm_params"]["backing"] == "file"
     with pytest.raises(KvbedError, match="no VM device 'cxl-ssd'"):
         build_vm_config(str(trace), "cxl-ssd", "none")
-    with pytest.raises(KvbedError, match="backing must be one of file, null"):
+    with pytest.raises(KvbedError, match="backing: expected one of file, null, got"):
         build_vm_config(str(trace), "fdp", "none", ["backing=tmpfs"])
     with pytest.raises(KvbedError, match="precondition"):
         VmReplay(build_vm_config(str(trace), "fdp", "none", ["precondition=0.5"]))

@@ -118,11 +118,12 @@ def test_bad_options(tmp_path):
     src = write_lines(tmp_path / "m.jsonl", MC_OK)
     out = tmp_path / "o.parquet"
     one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--policy", "arc"),
-                          "unknown eviction policy 'arc'")
+                          "gpu_policy: expected one of clock, fifo, lru, s3fifo, got 'arc'")
     one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--ssd-bytes", "lots"),
                           "ssd_bytes: expected a number")
     one_line_error(kvbed("trace", "synth", "-o", out, "--param", "nonsense=1"), "unknown parameter 'nonsense'")
-    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--model", "gpt-9"), "unknown model")
+    one_line_error(kvbed("trace", "import", "mooncake", src, "-o", out, "--model", "gpt-9"),
+                   "model: expected one of llama-3-8b,", "got 'gpt-9'")
     assert not out.exists()
 
 

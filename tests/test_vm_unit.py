@@ -124,7 +124,7 @@ def test_null_backing_costs_no_host_disk(tmp_path, device):
     filed = qemu.build_argv(device, qemu.resolve_params(device, kv), _paths(tmp_path), accel="tcg", host_port=5003,
                             token="n")
     assert [a for a in argv if "nvm0" not in a] == [a for a in filed if "nvm0" not in a]
-    with pytest.raises(KvbedError, match="backing must be one of file, null"):
+    with pytest.raises(KvbedError, match="backing: expected one of file, null, got"):
         qemu.resolve_params(device, kv + ["backing=ram"])
 
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvreplay.schema import EventBatch
+from testbed.core.params import check_fields
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class HintPolicy(abc.ABC):
         if n_classes < 1:
             raise ValueError("n_classes must be >= 1")
         self.n_classes = int(n_classes)
-        self.params = params if params is not None else self.Params()
+        self.params = check_fields(params if params is not None else self.Params())
         self.seed = int(seed)
         self.tier = int(tier)
         self.writes_seen = 0

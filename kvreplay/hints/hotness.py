@@ -34,14 +34,15 @@ from kvreplay.layout.actions import A_WRITE
 from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 from testbed.core.errors import KvbedError
+from testbed.core.params import param
 
 
 @dataclass(frozen=True)
 class HotnessParams:
-    half_life_ns: int = 60_000_000_000  # score halves after this much trace time without reuse
-    inherit: bool = True  # a new object starts from its parent's score
-    adaptive: bool = True  # classes at the running quantiles of the scores (else a fixed log2 scale)
-    refresh: int = 4096  # move the adaptive edges every this many writes
+    half_life_ns: int = param(60_000_000_000, "the score halves after this much trace time without reuse")
+    inherit: bool = param(True, "a new object starts from its parent's score")
+    adaptive: bool = param(True, "classes at the running quantiles of the scores (else a fixed log2 scale)")
+    refresh: int = param(4096, "move the adaptive edges every this many writes")
 
 
 @kernel(inline="always")

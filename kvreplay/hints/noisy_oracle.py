@@ -19,11 +19,12 @@ import numpy as np
 from kvreplay.hints import HINTS
 from kvreplay.hints.oracle import OracleHints, OracleParams
 from testbed.core.errors import KvbedError
+from testbed.core.params import param
 
 
 @dataclass(frozen=True)
 class NoisyOracleParams(OracleParams):
-    error_rate: float = 0.1  # share of writes given a wrong class
+    error_rate: float = param(0.1, "share of writes given a wrong class (seeded)")
 
 
 @HINTS.register("noisy-oracle")

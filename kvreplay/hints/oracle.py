@@ -19,7 +19,7 @@ import numpy as np
 
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import Future, HintPolicy, classes_from_edges, lifetime_edges
-from testbed.core.errors import KvbedError
+from testbed.core.params import param
 
 CLOCKS = ("bytes", "time")
 #: the unit of a lifetime on each clock (suffix of the result.json keys that hold lifetimes)
@@ -28,7 +28,8 @@ CLOCK_UNIT = {"bytes": "bytes", "time": "ns"}
 
 @dataclass(frozen=True)
 class OracleParams:
-    clock: str = "bytes"  # lifetime clock: "bytes" written to the tier, or trace "time" (ns)
+    clock: str = param("bytes", "lifetime clock: bytes written to the tier meanwhile, or trace time (ns)",
+                       choices=CLOCKS)
 
 
 def future_lifetimes(future: Future) -> np.ndarray:
@@ -45,8 +46,6 @@ class OracleHints(HintPolicy):
 
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
-        if self.params.clock not in CLOCKS:
-            raise KvbedError(f"--param clock: expected one of {', '.join(CLOCKS)}, got {self.params.clock!r}")
         self.clock = self.params.clock
         self.classes: np.ndarray | None = None
         self.edges = np.zeros(0)

@@ -40,6 +40,7 @@ from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.actions import A_DROP, A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 from testbed.core.errors import KvbedError
+from testbed.core.params import param
 
 N_KINDS = len(S.KINDS)
 TENANT_BUCKETS = 8
@@ -55,9 +56,10 @@ KIND_EXACT = S.KIND["exact"]
 
 @dataclass(frozen=True)
 class PredictedParams:
-    clock: str = "bytes"  # lifetime clock, as for oracle: "bytes" written to the tier or trace "time"
-    min_samples: int = 16  # deaths a bucket needs before its own mean is trusted
-    refresh: int = 1024  # move the class edges to the predictions' quantiles every this many predictions
+    clock: str = param("bytes", "lifetime clock, as for oracle: bytes written to the tier meanwhile, or trace "
+                                "time (ns)", choices=CLOCKS)
+    min_samples: int = param(16, "deaths a bucket needs before its own mean is trusted")
+    refresh: int = param(1024, "move the class edges to the predictions' quantiles every this many predictions")
 
 
 @kernel(inline="always")
@@ -170,8 +172,6 @@ class PredictedHints(HintPolicy):
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
         p = self.params
-        if p.clock not in CLOCKS:
-            raise KvbedError(f"--param clock: expected one of {', '.join(CLOCKS)}, got {p.clock!r}")
         if p.min_samples < 1 or p.refresh < 1:
             raise KvbedError("--param min_samples and refresh must be >= 1")
         self.objs = ObjTable({"bucket": (np.int32, 0), "depth": (np.int32, 0), "birth": (np.int64, -1)})

@@ -37,7 +37,6 @@ class AlibabaRecord(msgspec.Struct):
 
 @IMPORTERS.register("alibaba")
 class AlibabaImporter(Importer):
-    name = "alibaba"
     description = "Alibaba Qwen/Bailian ATC'25 JSONL (chat_id, parent_chat_id, turn, type, hash_ids per 16 tokens)"
 
     def read_requests(self, path: Path) -> RequestTrace:

@@ -27,7 +27,6 @@ class MooncakeRecord(msgspec.Struct):
 
 @IMPORTERS.register("mooncake")
 class MooncakeImporter(Importer):
-    name = "mooncake"
     description = "Mooncake FAST'25 JSONL (timestamp ms, input/output_length, hash_ids per 512 tokens)"
 
     def read_requests(self, path: Path) -> RequestTrace:

@@ -1,10 +1,12 @@
 """Layouts: where the replayed tier's KV objects live in the device's namespace.
 
-``LAYOUTS`` maps a name to a layout class; :func:`layout_for_device` picks the
-one a device needs (zones for ``zns``, extents for everything else). A layout
-turns a batch of tier events (object, action, pages, placement id, class) into
-device op batches; it never talks to the device itself, so the same layout can
-drive an embedded model or a VM target.
+``LAYOUTS`` maps a name to a layout class; :func:`layout_for` picks the one a
+device's namespace needs (zones for a zoned device, extents for a flat one). A
+layout turns a batch of tier events (object, action, pages, placement id, class)
+into device op batches; it never talks to the device itself, so the same layout
+can drive an embedded model or a VM target. What the replay must know about a
+device (default classes, open streams, how the layout is built, what it adds to
+result.json) it asks the layout class (:class:`~kvreplay.layout.common.ObjectLayout`).
 """
 
 from __future__ import annotations
@@ -12,20 +14,22 @@ from __future__ import annotations
 import numpy as np
 
 from kvreplay.layout.common import (
-    COUNTER_NAMES, OB_EV, OB_LBA, OB_NPAGES, OB_OP, OB_PID, OB_ROWS, OB_SRC, S_BUFFER_FULL, S_DONE, S_NO_PROGRESS,
-    S_TOO_BIG, SRC_EVICT, SRC_GC, SRC_NAMES, SRC_USER,
+    COUNTER_NAMES, LAYOUTS, OB_EV, OB_LBA, OB_NPAGES, OB_OP, OB_PID, OB_ROWS, OB_SRC, S_BUFFER_FULL, S_DONE,
+    S_NO_PROGRESS, S_TOO_BIG, SRC_EVICT, SRC_GC, SRC_NAMES, SRC_USER, ObjectLayout,
 )
 from kvreplay.layout.extent import ExtentLayout
+from kvreplay.layout.params import LayoutParams
 from kvreplay.layout.zone import ZoneLayout
-from testbed.core.registry import Registry
-
-LAYOUTS: Registry[type] = Registry("layout")
-LAYOUTS.register("extent")(ExtentLayout)
-LAYOUTS.register("zone")(ZoneLayout)
+from testbed.core.errors import KvbedError
 
 
-def layout_for_device(device: str) -> str:
-    return "zone" if device == "zns" else "extent"
+def layout_for(device_cls: type) -> type[ObjectLayout]:
+    """The registered layout for a device class's namespace (``DeviceModel.zoned``)."""
+    for name in LAYOUTS:
+        layout = LAYOUTS.get(name)
+        if layout.zoned == device_cls.zoned:
+            return layout
+    raise KvbedError(f"no layout places objects on device {device_cls.name!r}")
 
 
 class OpBuffer:
@@ -55,6 +59,6 @@ class OpBuffer:
 
 
 __all__ = [
-    "LAYOUTS", "ExtentLayout", "ZoneLayout", "OpBuffer", "layout_for_device", "COUNTER_NAMES",
+    "LAYOUTS", "ExtentLayout", "ZoneLayout", "LayoutParams", "ObjectLayout", "OpBuffer", "layout_for", "COUNTER_NAMES",
     "S_DONE", "S_BUFFER_FULL", "S_TOO_BIG", "S_NO_PROGRESS", "SRC_USER", "SRC_GC", "SRC_EVICT", "SRC_NAMES",
 ]

@@ -25,12 +25,18 @@ made the shared helpers below (and the kernels) measurably slower; without it th
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from devicemodels.base import OP_READ
 from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
+from testbed.core.registry import Registry
+
+#: the layouts, by name; :func:`kvreplay.layout.layout_for` picks the one a device's namespace needs
+LAYOUTS: Registry[type] = Registry("layout")
 
 # object row (oc[slot, k])
 OC_HEAD, OC_NPAGES, OC_CLS, OC_PREV, OC_NEXT = range(5)
@@ -309,10 +315,38 @@ def find_freed(kv, oc, lc, key, a):
 
 class ObjectLayout:
     """What the extent and zone layouts share on the Python side: the kernel call loop that grows
-    the state when a kernel asks for it, and read-outs of the common state."""
+    the state when a kernel asks for it, read-outs of the common state, and what the replay asks a
+    layout about the device it places objects on (the class methods), so the replay engine holds no
+    knowledge of particular devices."""
 
-    name: str
+    name: ClassVar[str]
+    #: the namespace this layout places objects on (``DeviceModel.zoned``); ``layout_for`` matches them
+    zoned: ClassVar[bool] = False
+    #: why the device may not be preconditioned before a replay with this layout (None: it may)
+    precondition_refusal: ClassVar[str | None] = None
     state: LayoutState
+
+    @classmethod
+    def default_classes(cls, device_cls: type, groups: dict[str, Any], params: Any) -> int:
+        """Placement classes the hint policy uses when the replay does not say: the placement ids the
+        device can address (FDP: nruh x nrg; 1 on a device without placement)."""
+        return device_cls.placement_classes(groups)
+
+    @classmethod
+    def open_streams(cls, n_classes: int, groups: dict[str, Any], params: Any) -> int:
+        """Units the layout keeps open at once outside the live data (zones; 0 for extents), checked
+        against the device's limits; the sizing holds them back."""
+        return 0
+
+    @classmethod
+    def for_device(cls, device: Any, groups: dict[str, Any], n_classes: int, params: Any,
+                   evict_policy: str) -> "ObjectLayout":
+        """The layout for a built device (``groups``: its parameter groups; ``params``: LayoutParams)."""
+        raise NotImplementedError
+
+    def job_fields(self, stats: dict[str, Any], page_bytes: int) -> dict[str, Any]:
+        """Layout-specific entries of result.json's job (besides ``layout``), from ``stats()``."""
+        return {}
 
     def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
         """One kernel call over tier events [start, end); returns (next event, ops, status)."""

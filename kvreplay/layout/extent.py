@@ -25,6 +25,7 @@ from kvreplay.layout.common import (
     EX_LBA,
     EX_LEN,
     EX_NEXT,
+    LAYOUTS,
     LC_FORCED,
     LC_FORCED_PAGES,
     LC_OPS_TRIM,
@@ -211,10 +212,13 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
     return i, n, S_DONE
 
 
+@LAYOUTS.register("extent")
 class ExtentLayout(ObjectLayout):
     """Objects -> extents of a flat namespace of ``total_pages`` mapping units."""
 
-    name = "extent"
+    @classmethod
+    def for_device(cls, device, groups, n_classes, params, evict_policy):
+        return cls(device.logical_pages, evict_policy=evict_policy, rewrite_in_place=params.rewrite_in_place)
 
     def __init__(self, total_pages: int, *, evict_policy: str = "lru", rewrite_in_place: bool = True):
         if total_pages <= 0:

@@ -31,6 +31,7 @@ from kvreplay.layout.common import (
     EX_LBA,
     EX_LEN,
     EX_NEXT,
+    LAYOUTS,
     LC_FORCED,
     LC_FORCED_PAGES,
     LC_GC_PAGES,
@@ -64,6 +65,7 @@ from kvreplay.layout.common import (
     room_status,
 )
 from kvreplay.layout.objtable import ot_find
+from testbed.core.errors import KvbedError
 
 # zone row (zs[z, k])
 ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)
@@ -79,6 +81,7 @@ ST_Q_COUNT = ST_COMMON + 1
 ST_N = ST_COMMON + 2
 
 _MAX_GC_ROUNDS = 1 << 20
+DEFAULT_CLASSES = 8  # zone groups a hint policy gets by default (if the open-zone limit allows)
 
 
 @kernel
@@ -322,10 +325,58 @@ def gc_reserve_zones(n_zones: int, gc_free_zones: int = 0) -> int:
     return max(2, int(gc_free_zones) if gc_free_zones else int(n_zones) // 20)
 
 
+@LAYOUTS.register("zone")
 class ZoneLayout(ObjectLayout):
-    """Objects -> zones grouped by placement class, with host GC and zone resets."""
+    """Objects -> zones grouped by placement class, with host GC and zone resets.
 
-    name = "zone"
+    It places on a ZNS device (the ``zns`` parameter group): the open-zone limit bounds the classes
+    and streams, and zone size and writable capacity come from it."""
+
+    zoned = True
+    precondition_refusal = ("--precondition: on zns the host owns every zone's state, and a prefilled zone "
+                            "would be one the layout does not know about; use --fill-ratio to load the device "
+                            "instead")
+
+    @staticmethod
+    def stream_count(n_classes: int, per_class: bool) -> int:
+        """Open streams: one user stream per class, plus one shared GC stream or one GC stream per class."""
+        n = max(1, int(n_classes))
+        return n * (2 if per_class else 1) + (0 if per_class else 1)
+
+    @classmethod
+    def default_classes(cls, device_cls, groups, params):
+        """As many classes as the open-zone limit leaves room for beside the GC stream(s), at most 8."""
+        zns = groups["zns"]
+        room = zns.max_open_zones // 2 if params.gc_stream == "per-class" else zns.max_open_zones - 1
+        return max(1, min(DEFAULT_CLASSES, room))
+
+    @classmethod
+    def open_streams(cls, n_classes, groups, params):
+        n = cls.stream_count(n_classes, params.gc_stream == "per-class")
+        if n > groups["zns"].max_open_zones:
+            raise KvbedError(
+                f"zns: {n_classes} classes need {n} open zones (with GC) but max_open_zones is "
+                f"{groups['zns'].max_open_zones}; lower classes or raise max_open_zones")
+        return n
+
+    @classmethod
+    def for_device(cls, device, groups, n_classes, params, evict_policy):
+        z, pb = groups["zns"], device.page_bytes
+        zp, cp = z.zone_bytes // pb, z.zone_cap_bytes // pb
+        try:
+            return cls(device.logical_pages // zp, zp, cp, n_classes, evict_policy=evict_policy,
+                       gc_free_zones=params.gc_free_zones, gc_per_class=params.gc_stream == "per-class")
+        except ValueError as exc:
+            raise KvbedError(f"zns layout: {exc}") from None
+
+    def job_fields(self, stats, page_bytes):
+        zones = {k: stats[k] for k in ("zones", "zone_pages", "zone_cap_pages", "streams", "gc_free_zones",
+                                       "gc_stream", "zones_by_state", "zone_resets_max")}
+        zones["per_group"] = [  # the zones of each stream, like per_ruh on FDP
+            {**{k: v for k, v in g.items() if not k.endswith("_pages")},
+             "valid_bytes": g["valid_pages"] * page_bytes, "relocated_bytes": g["relocated_pages"] * page_bytes}
+            for g in stats["per_stream"]]
+        return {"zones": zones}
 
     def __init__(self, n_zones: int, zone_pages: int, cap_pages: int, n_classes: int, *,
                  evict_policy: str = "lru", gc_free_zones: int = 0, gc_per_class: bool = False):
@@ -336,7 +387,7 @@ class ZoneLayout(ObjectLayout):
         self.cap_pages = int(cap_pages)
         self.n_user = max(1, int(n_classes))
         self.per_class = bool(gc_per_class)
-        self.n_streams = self.n_user * (2 if self.per_class else 1) + (0 if self.per_class else 1)
+        self.n_streams = self.stream_count(self.n_user, self.per_class)
         self.gc_free_zones = gc_reserve_zones(self.n_zones, gc_free_zones)
         need = self.n_streams + self.gc_free_zones
         if self.n_zones < need:

@@ -44,7 +44,7 @@ from typing import Any
 from devicemodels.params import MiB
 from kvreplay.layout.zone import gc_reserve_zones
 from testbed.core.errors import KvbedError
-from testbed.core.params import with_overrides
+from testbed.core.params import format_size, with_overrides
 
 MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% OP with 8 RUHs
 
@@ -64,13 +64,6 @@ def apply_defaults(groups: dict[str, Any]) -> dict[str, Any]:
         if g in out:
             out[g] = with_overrides(out[g], vals)
     return out
-
-
-def _human(n: int) -> str:
-    for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n / k:.2f} {unit}"
-    return f"{n} B"
 
 
 def page_bytes_of(groups: dict[str, Any]) -> int:
@@ -234,8 +227,8 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
             min_logical = math.ceil(_spare_lines_needed(groups) / flash.op_ratio + 1) * line
             if logical < min_logical:
                 rec["notes"].append(
-                    f"logical capacity raised from {_human(logical)} to {_human(min_logical)}: the FTL keeps "
-                    f"{_spare_lines_needed(groups)} lines of {_human(line)} outside the live data")
+                    f"logical capacity raised from {format_size(logical)} to {format_size(min_logical)}: the FTL keeps "
+                    f"{_spare_lines_needed(groups)} lines of {format_size(line)} outside the live data")
                 logical = min_logical
             logical = -(-logical // pb) * pb
             groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": logical})
@@ -252,11 +245,11 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
     what = f"{owner} is" if owner else "device"
     if max_object_pages > usable:
         raise KvbedError(
-            f"{what} too small: the trace's largest object needs {max_object_pages} units of {_human(pb)} but the "
-            f"{'namespace' if owner else 'device'} holds {usable} (logical {_human(logical)})")
+            f"{what} too small: the trace's largest object needs {max_object_pages} units of {format_size(pb)} but the "
+            f"{'namespace' if owner else 'device'} holds {usable} (logical {format_size(logical)})")
     if strict and peak_live_pages > usable:
         if owner:
-            need = _human(math.ceil(peak_live_pages / max(usable, 1) * logical / MiB) * MiB)
+            need = format_size(math.ceil(peak_live_pages / max(usable, 1) * logical / MiB) * MiB)
             fix = (f"start a VM with {cap_field} of at least ~{need} (`kvbed up ... {cap_field}=...`), or drop "
                    f"--vm for a VM sized from the trace, or --param strict_capacity=false to let the layout "
                    f"evict by the tier's policy")
@@ -264,9 +257,9 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
             fix = (f"raise {cap_field}, or --param strict_capacity=false to let the layout evict by the tier's "
                    f"policy")
         raise KvbedError(
-            f"{what} too small for the live data: tier {tier} peaks at {_human(peak_live_pages * pb)} "
-            f"({peak_live_pages} units of {_human(pb)}) but the {'namespace' if owner else 'device'} holds "
-            f"{_human(usable * pb)}; {fix}")
+            f"{what} too small for the live data: tier {tier} peaks at {format_size(peak_live_pages * pb)} "
+            f"({peak_live_pages} units of {format_size(pb)}) but the {'namespace' if owner else 'device'} holds "
+            f"{format_size(usable * pb)}; {fix}")
     return groups, rec
 
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -58,10 +58,10 @@ from kvreplay.requests import RequestTrace
 from kvreplay.schema import KIND, EventBatch
 from kvreplay.tiers import kernel as K
 from kvreplay.tiers.chunking import chunk_requests
-from kvreplay.tiers.geometry import DEFAULT_MODEL, geometry
+from kvreplay.tiers.geometry import DEFAULT_MODEL, DTYPE_BYTES, MODELS, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
 from testbed.core.errors import KvbedError
-from testbed.core.params import name_value_pairs, nonneg_number
+from testbed.core.params import check_choice, check_fields, name_value_pairs, nonneg_number, param
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -70,40 +70,38 @@ WRITE_POLICIES = ("write-through", "spill")
 SSD_KINDS = ("exact", "quantized", "compressed")
 
 
-def _f(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class TierSimParams:
     """Tier simulator settings. Capacities are the cluster's aggregate; 0 disables a tier (not GPU)."""
 
-    model: str = _f(DEFAULT_MODEL, "model whose KV geometry sets bytes per token (kvbed trace models)")
-    kv_dtype: str = _f("bf16", "KV element type: bf16, fp16, fp8, int8, fp32")
-    tokens_per_object: int = _f(256, "storage object = chunk of this many prompt tokens (LMCache chunk: 256)")
-    gpu_bytes: int = _f(128 * GiB, "HBM available to the prefix cache, all GPUs together")
-    cpu_bytes: int = _f(512 * GiB, "host DRAM KV pool (0 = none)")
-    cxl_bytes: int = _f(0, "CXL memory tier between DRAM and SSD (0 = none)")
-    ssd_bytes: int = _f(2 * TiB, "SSD KV tier (0 = none)")
-    gpu_policy: str = _f("lru", "GPU eviction policy: lru, fifo, clock, s3fifo")
-    cpu_policy: str = _f("lru", "CPU eviction policy")
-    cxl_policy: str = _f("lru", "CXL eviction policy")
-    ssd_policy: str = _f("lru", "SSD eviction policy")
-    write_policy: str = _f("write-through", "write-through: every new chunk to every lower tier at commit; "
-                                            "spill: to the next tier only when evicted")
-    promote_on_load: bool = _f(True, "write-through: a load also refills the tiers above its source")
-    prefill_tokens_per_s: float = _f(100_000.0, "aggregate prefill throughput of the cluster (tokens/s)")
-    decode_tokens_per_s: float = _f(40.0, "decode speed of one request (tokens/s; sets request end times)")
-    cpu_read_bytes_per_s: float = _f(100e9, "aggregate DRAM -> GPU load bandwidth (B/s)")
-    cxl_read_bytes_per_s: float = _f(60e9, "aggregate CXL -> GPU load bandwidth (B/s)")
-    ssd_read_bytes_per_s: float = _f(24e9, "aggregate SSD -> GPU load bandwidth (B/s)")
-    ssd_kind: str = _f("exact", "what the SSD stores: exact, quantized or compressed copies (transform)")
-    ssd_kind_tenants: str = _f("", "per-tenant SSD kind, e.g. 'batch=quantized,rag=compressed'")
-    ttl_s: float = _f(0.0, "prompt-cache retention: an object unused this long is deleted from every tier "
-                           "(0 = kept until evicted)")
-    ttl_tenants: str = _f("", "per-tenant retention in seconds, e.g. 'agent=180,batch=60' (0 = none)")
-    quantized_ratio: float = _f(0.5, "bytes of a quantized copy / exact (bf16 -> int8)")
-    compressed_ratio: float = _f(0.3, "bytes of a compressed copy / exact (CacheGen-like codec)")
+    model: str = param(DEFAULT_MODEL, "model whose KV geometry sets bytes per token (kvbed trace models)",
+                       choices=tuple(MODELS))
+    kv_dtype: str = param("bf16", "KV element type", choices=tuple(DTYPE_BYTES))
+    tokens_per_object: int = param(256, "storage object = chunk of this many prompt tokens (LMCache chunk: 256)")
+    gpu_bytes: int = param(128 * GiB, "HBM available to the prefix cache, all GPUs together")
+    cpu_bytes: int = param(512 * GiB, "host DRAM KV pool (0 = none)")
+    cxl_bytes: int = param(0, "CXL memory tier between DRAM and SSD (0 = none)")
+    ssd_bytes: int = param(2 * TiB, "SSD KV tier (0 = none)")
+    gpu_policy: str = param("lru", "GPU eviction policy", choices=EVICTION_POLICIES.names)
+    cpu_policy: str = param("lru", "CPU eviction policy", choices=EVICTION_POLICIES.names)
+    cxl_policy: str = param("lru", "CXL eviction policy", choices=EVICTION_POLICIES.names)
+    ssd_policy: str = param("lru", "SSD eviction policy", choices=EVICTION_POLICIES.names)
+    write_policy: str = param("write-through", "write-through: every new chunk to every lower tier at commit; "
+                                               "spill: to the next tier only when evicted", choices=WRITE_POLICIES)
+    promote_on_load: bool = param(True, "write-through: a load also refills the tiers above its source")
+    prefill_tokens_per_s: float = param(100_000.0, "aggregate prefill throughput of the cluster (tokens/s)")
+    decode_tokens_per_s: float = param(40.0, "decode speed of one request (tokens/s; sets request end times)")
+    cpu_read_bytes_per_s: float = param(100e9, "aggregate DRAM -> GPU load bandwidth (B/s)")
+    cxl_read_bytes_per_s: float = param(60e9, "aggregate CXL -> GPU load bandwidth (B/s)")
+    ssd_read_bytes_per_s: float = param(24e9, "aggregate SSD -> GPU load bandwidth (B/s)")
+    ssd_kind: str = param("exact", "what the SSD stores: exact, quantized or compressed copies (transform)",
+                          choices=SSD_KINDS)
+    ssd_kind_tenants: str = param("", "per-tenant SSD kind, e.g. 'batch=quantized,rag=compressed'")
+    ttl_s: float = param(0.0, "prompt-cache retention: an object unused this long is deleted from every tier "
+                              "(0 = kept until evicted)")
+    ttl_tenants: str = param("", "per-tenant retention in seconds, e.g. 'agent=180,batch=60' (0 = none)")
+    quantized_ratio: float = param(0.5, "bytes of a quantized copy / exact (bf16 -> int8)")
+    compressed_ratio: float = param(0.3, "bytes of a compressed copy / exact (CacheGen-like codec)")
 
     @property
     def bytes_per_token(self) -> int:
@@ -120,8 +118,7 @@ class TierSimParams:
         return getattr(self, f"{tier}_policy")
 
     def validate(self) -> "TierSimParams":
-        geometry(self.model)
-        self.bytes_per_token  # checks the dtype
+        check_fields(self)
         if self.tokens_per_object <= 0:
             raise KvbedError(f"tokens_per_object must be positive, got {self.tokens_per_object}")
         for t in SIM_TIERS:
@@ -133,9 +130,6 @@ class TierSimParams:
                     f"{t}_bytes ({cap}) is smaller than one object ({self.object_bytes} bytes = "
                     f"{self.tokens_per_object} tokens x {self.bytes_per_token} B/token of {self.model})"
                 )
-            EVICTION_POLICIES.get(self.policy(t))
-        if self.write_policy not in WRITE_POLICIES:
-            raise KvbedError(f"unknown write policy {self.write_policy!r} (choose from: {', '.join(WRITE_POLICIES)})")
         for name in ("prefill_tokens_per_s", "decode_tokens_per_s", "cpu_read_bytes_per_s", "cxl_read_bytes_per_s",
                      "ssd_read_bytes_per_s"):
             if not getattr(self, name) > 0:
@@ -155,14 +149,13 @@ class TierSimParams:
         return self.ttl_s, per
 
     def tenant_kinds(self) -> tuple[str, dict[str, str]]:
-        def check(kind: str) -> str:
-            if kind not in SSD_KINDS:
-                raise KvbedError(f"unknown SSD kind {kind!r} (choose from: {', '.join(SSD_KINDS)})")
+        def check(tenant: str, kind: str) -> str:
+            check_choice(f"ssd_kind_tenants: {tenant}", kind, SSD_KINDS)
             return kind
 
         pairs = name_value_pairs(self.ssd_kind_tenants, "ssd_kind_tenants", "tenant=kind")
-        per = {ten: check(kind) for ten, kind in pairs}
-        return check(self.ssd_kind), per
+        per = {ten: check(ten, kind) for ten, kind in pairs}
+        return self.ssd_kind, per
 
 
 @dataclass

@@ -267,6 +267,8 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
         "write_p99_ns": pct(job.get("write"), "99.000000"),
         "incomplete": parts["result"]["incomplete"],
         "wall_s": parts["runtime"]["wall_s"],
+        "jit_s": parts["runtime"]["jit_s"],
+        "events_per_s": parts["runtime"]["events_per_s"],
         **({"target": "vm", "cross_checks_ok": parts["result"]["vm"]["cross_checks_ok"],
             "sources": parts["result"]["sources"]} if "vm" in parts["result"] else {}),
     }
@@ -303,8 +305,10 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     for note in sz.get("notes", []):
         t.add_row("sizing note", f"[yellow]{note}[/yellow]")
     rt = parts["runtime"]
-    t.add_row("events", f"{job['events']['rows_replayed']:,} in {rt['wall_s']:.1f} s "
-                        f"({rt['rows_per_s'] or 0:,.0f} events/s)" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
+    run_s = rt["wall_s"] - rt["jit_s"]
+    jit = f" + {rt['jit_s']:.1f} s compiling kernels" if rt["jit_s"] >= 0.05 else ""
+    t.add_row("events", f"{job['events']['rows_replayed']:,} in {run_s:.1f} s ({rt['events_per_s'] or 0:,.0f} "
+                        f"events/s){jit}" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
     vm = res.get("vm")
     if vm:
         tg, rv = res["target"], parts["runtime"].get("vm") or {}

@@ -16,13 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.core.errors import KvbedError
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k}{unit}"
-    return str(n)
+from testbed.core.params import format_size
 
 
 def _key_params(st_params: dict, device: str) -> str:
@@ -34,7 +28,7 @@ def _key_params(st_params: dict, device: str) -> str:
     for g, k in keys:
         v = (st_params.get(g) or {}).get(k)
         if v is not None:
-            out.append(f"{k}={_fmt_bytes(v) if k.endswith('_bytes') else v}")
+            out.append(f"{k}={format_size(v) if k.endswith('_bytes') else v}")
     return " ".join(out)
 
 

@@ -1,20 +1,23 @@
-"""Frozen parameter dataclasses <-> ``k=v`` overrides, JSON configs and CLI options.
+"""Parameter sets: frozen dataclasses whose fields are declared with :func:`param`, and the one path from
+user text (``k=v``, CLI options, saved configs, study axes) to those fields.
 
-Every parameter set in kvbed is a frozen dataclass whose field names carry their
-unit (``page_program_ns``, ``ru_bytes``). This module is the one place that turns
-user text into those fields, so the CLI, saved configs and the QEMU command line
-all derive from the dataclass instead of keeping copies of it.
+Every parameter set in kvbed is a frozen dataclass whose field names carry their unit (``page_program_ns``,
+``ru_bytes``), declared with ``param(default, help=..., choices=..., unit=..., cli=...)``. This module is
+the one place that turns user text into those fields and checks choices, so the CLI, ``--param`` help,
+saved configs, the README's parameter tables and the QEMU command line all derive from the dataclass
+instead of keeping copies of it.
 
-Values accept unit suffixes that match the field's unit: ``ru_bytes=16MiB``,
-``block_erase_ns=2ms``, ``op_ratio=7%``.
+Values accept unit suffixes that match the field's unit: ``ru_bytes=16MiB``, ``block_erase_ns=2ms``,
+``ttl_s=10min``, ``op_ratio=7%``. :func:`format_size` is the parser's inverse for byte counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import types
 import typing
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from testbed.core.errors import KvbedError
 
@@ -27,14 +30,97 @@ _SIZE = {
 }
 # Block-device convention: a bare K/M/G on a *_bytes field means binary (as QEMU and fio read it).
 _SIZE_BINARY_SHORT = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_TIME = {"": 1, "ns": 1, "us": 1000, "ms": 1000**2, "s": 1000**3}
+_TIME = {"": 1, "ns": 1, "us": 1000, "ms": 1000**2, "s": 1000**3, "min": 60 * 1000**3, "h": 3600 * 1000**3}
 _NUM_RE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
+_BINARY_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+#: the units a field can be in; ``unit_of`` infers one from the field name's suffix
+UNITS = ("bytes", "ns", "s", "ratio")
 
 
-def parse_value(field_name: str, typ: Any, text: str) -> Any:
-    """Parse ``text`` for the field ``field_name`` of type ``typ`` (unit taken from the name)."""
+def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+          unit: str | None = None, cli: bool = False) -> Any:
+    """A field of a parameter dataclass. ``help`` is the one-line description (CLI help, ``kvbed params``,
+    the README tables); ``choices`` the allowed values of a text field (a tuple, or a function returning the
+    names of a registry, looked up when checked); ``unit`` overrides the unit the name implies; ``cli``
+    marks a field that gets its own ``--option`` besides ``--param``."""
+    if unit is not None and unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    md: dict[str, Any] = {"help": help, "cli": cli}
+    if choices is not None:
+        md["choices"] = choices
+    if unit is not None:
+        md["unit"] = unit
+    return dataclasses.field(default=default, metadata=md)
+
+
+def unit_of(field_name: str, declared: str | None = None) -> str | None:
+    """The unit of a field: declared, or implied by its name (``*_bytes``, ``*_ns``, ``*_s``; rates such as
+    ``*_bytes_per_s`` or ``*_tokens_per_s`` have none)."""
+    if declared:
+        return declared
+    if "_per_" in field_name:
+        return None
+    for suffix, unit in (("_bytes", "bytes"), ("_ns", "ns"), ("_s", "s"), ("_ratio", "ratio")):
+        if field_name.endswith(suffix):
+            return unit
+    return None
+
+
+def choices_of(fld: dataclasses.Field) -> tuple[str, ...] | None:
+    c = fld.metadata.get("choices")
+    if c is None:
+        return None
+    return tuple(c() if callable(c) else c)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str] | None) -> None:
+    if choices is not None and value not in choices:
+        raise KvbedError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def check_fields(obj: Any) -> Any:
+    """Check every field with choices of a parameter dataclass instance; returns ``obj``."""
+    for fld in dataclasses.fields(obj):
+        check_choice(fld.name, getattr(obj, fld.name), choices_of(fld))
+    return obj
+
+
+def format_size(n: int) -> str:
+    """A byte count as the parser reads it back exactly: the largest binary unit that divides it
+    (``16MiB``, ``1536KiB``), else plain bytes."""
+    n = int(n)
+    for unit, k in _BINARY_UNITS:
+        if n and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def format_ns(n: int) -> str:
+    """Nanoseconds as the parser reads them back exactly (``2ms``, ``40us``, ``250``)."""
+    n = int(n)
+    for unit, k in (("s", 1000**3), ("ms", 1000**2), ("us", 1000)):
+        if n and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def format_value(field_name: str, value: Any, unit: str | None = None) -> str:
+    """A value as a user would type it (``--param`` syntax)."""
+    u = unit_of(field_name, unit)
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, int) and u == "bytes":
+        return format_size(value)
+    if isinstance(value, int) and u == "ns":
+        return format_ns(value)
+    return str(value)
+
+
+def parse_value(field_name: str, typ: Any, text: str, unit: str | None = None) -> Any:
+    """Parse ``text`` for the field ``field_name`` of type ``typ`` (unit declared, or taken from the name)."""
     origin = typing.get_origin(typ)
-    if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
+    if origin is typing.Union or origin is types.UnionType:
         args = [a for a in typing.get_args(typ) if a is not type(None)]
         if text.lower() in ("none", "null", ""):
             return None
@@ -52,13 +138,16 @@ def parse_value(field_name: str, typ: Any, text: str) -> Any:
         m = _NUM_RE.match(text)
         if not m:
             raise KvbedError(f"{field_name}: expected a number, got {text!r}")
-        num, unit = float(m.group(1)), m.group(2).lower()
-        if unit:
-            if field_name.endswith("_bytes"):
-                mult = _SIZE_BINARY_SHORT.get(unit, _SIZE.get(unit))
-            elif field_name.endswith("_ns"):
-                mult = _TIME.get(unit)
-            elif unit == "%":
+        num, suffix = float(m.group(1)), m.group(2).lower()
+        if suffix:
+            u = unit_of(field_name, unit)
+            if u == "bytes":
+                mult = _SIZE_BINARY_SHORT.get(suffix, _SIZE.get(suffix))
+            elif u == "ns":
+                mult = _TIME.get(suffix)
+            elif u == "s":
+                mult = _TIME[suffix] / 1e9 if suffix in _TIME and suffix else None
+            elif suffix == "%":
                 mult = 0.01
             else:
                 mult = None
@@ -78,19 +167,44 @@ def field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def describe(cls: type) -> list[dict[str, Any]]:
+    """One row per field of a parameter dataclass: name, type, default (as typed), unit, choices, help, cli.
+    ``kvbed params``, ``--param`` help and the README's parameter tables are made from it."""
+    hints = field_types(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        rows.append({
+            "name": f.name,
+            "type": getattr(typ, "__name__", str(typ)),
+            "default": format_value(f.name, f.default, f.metadata.get("unit")),
+            "unit": unit_of(f.name, f.metadata.get("unit")),
+            "choices": choices_of(f),
+            "help": f.metadata.get("help", ""),
+            "cli": bool(f.metadata.get("cli")),
+        })
+    return rows
+
+
 def with_overrides(obj: D, pairs: Iterable[str] | dict[str, Any], *, what: str = "--param") -> D:
-    """Return ``obj`` with ``k=v`` strings (or a dict of already-typed values) applied."""
-    types = field_types(type(obj))
+    """Return ``obj`` with ``k=v`` strings (or a dict of values, text or typed) applied; every value is
+    parsed with its field's unit and checked against its field's choices."""
+    hints = field_types(type(obj))
+    fields = {f.name: f for f in dataclasses.fields(obj)}
     changes: dict[str, Any] = {}
     items = pairs.items() if isinstance(pairs, dict) else (_split_pair(p, what) for p in pairs)
     for key, val in items:
         key = key.strip().replace("-", "_")
-        if key not in types:
+        if key not in hints:
             raise KvbedError(
                 f"{what}: unknown parameter {key!r} for {type(obj).__name__} "
-                f"(known: {', '.join(types)})"
+                f"(known: {', '.join(hints)})"
             )
-        changes[key] = parse_value(key, types[key], val) if isinstance(val, str) else val
+        fld = fields[key]
+        if isinstance(val, str):
+            val = parse_value(key, hints[key], val, fld.metadata.get("unit"))
+        check_choice(key, val, choices_of(fld))
+        changes[key] = val
     return dataclasses.replace(obj, **changes) if changes else obj
 
 
@@ -152,8 +266,11 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 def from_dict(cls: type[D], data: dict[str, Any], *, where: str = "config") -> D:
     """Rebuild a dataclass from a saved config; unknown keys are an error, not ignored."""
-    types = field_types(cls)
-    unknown = set(data) - set(types)
+    known = field_types(cls)
+    unknown = set(data) - set(known)
     if unknown:
         raise KvbedError(f"{where}: unknown keys for {cls.__name__}: {', '.join(sorted(unknown))}")
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            check_choice(f"{where}: {f.name}", data[f.name], choices_of(f))
     return cls(**data)

@@ -1,7 +1,8 @@
-"""Registries for extension points (devices, GC victim policies, hint policies, importers).
+"""Registries for extension points (devices, GC victim policies, hint policies, importers, layouts, ...).
 
-Adding an extension is one file with one ``@REGISTRY.register("name")`` decorator.
-Names are lowercase; lookups of unknown names raise KvbedError listing the choices.
+Adding an extension is one file with one ``@REGISTRY.register("name")`` decorator, which also sets the
+class's ``name`` (so the name is written once). Names are lowercase; lookups of unknown names raise
+KvbedError listing the choices.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ class Registry(Generic[T]):
         def deco(obj: T) -> T:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
+            if isinstance(obj, type):
+                obj.name = name
+            elif getattr(obj, "name", name) != name:
+                raise ValueError(f"{self.kind} {obj.name!r} registered as {name!r}")
             self._items[name] = obj
             return obj
 

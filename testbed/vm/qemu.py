@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from devicemodels.params import CxlParams, FdpParams, FlashParams, GiB, KiB, MiB, ZnsParams
 from testbed.core.errors import KvbedError
-from testbed.core.params import from_dict, split_overrides, to_dict, with_overrides
+from testbed.core.params import check_fields, from_dict, param, split_overrides, to_dict, with_overrides
 from testbed.core.registry import Registry
 
 QEMU_BIN = "qemu-system-x86_64"
@@ -30,14 +30,14 @@ GUEST_IP = "10.0.2.15"
 class VmParams:
     """The guest machine itself (not the device under test)."""
 
-    mem_bytes: int = 1 * GiB
-    cpus: int = 2
-    mdts_bytes: int = 512 * KiB  # NVMe maximum data transfer size (QEMU mdts = log2(mdts_bytes / 4 KiB))
-    zasl_bytes: int = 0  # ZNS zone append size limit; 0 = same as mdts_bytes
-    # NVMe namespace storage: "file" = a sparse raw file in the VM's state directory (data kept, reads
-    # return it; host disk grows with the data written and shrinks on deallocate); "null" = QEMU's null-co
-    # driver with read-zeroes=on (nothing stored: any namespace size costs no host disk, reads return zeros)
-    backing: str = "file"
+    mem_bytes: int = param(1 * GiB, "guest memory")
+    cpus: int = param(2, "guest CPUs")
+    mdts_bytes: int = param(512 * KiB, "NVMe maximum data transfer size (QEMU mdts = log2(mdts_bytes / 4 KiB))")
+    zasl_bytes: int = param(0, "ZNS zone append size limit; 0 = same as mdts_bytes")
+    backing: str = param("file", "NVMe namespace storage: file = a sparse raw file in the VM's state directory "
+                                 "(data kept; host disk grows with the data written and shrinks on deallocate); "
+                                 "null = QEMU's null-co with read-zeroes (nothing stored, reads return zeros)",
+                         choices=("file", "null"))
 
     def validate(self) -> "VmParams":
         if self.mem_bytes < 256 * MiB or self.mem_bytes % MiB:
@@ -52,12 +52,7 @@ class VmParams:
                 raise KvbedError(f"{f} must be a power of two between 4 KiB and 256 MiB, got {v}")
         if self.zasl_bytes > self.mdts_bytes:
             raise KvbedError(f"zasl_bytes ({self.zasl_bytes}) exceeds mdts_bytes ({self.mdts_bytes})")
-        if self.backing not in BACKINGS:
-            raise KvbedError(f"backing must be one of {', '.join(BACKINGS)}, got {self.backing!r}")
-        return self
-
-
-BACKINGS = ("file", "null")
+        return check_fields(self)
 
 
 @dataclass(frozen=True)

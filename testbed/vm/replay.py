@@ -55,7 +55,7 @@ from kvreplay.hints import HINTS
 from kvreplay.replay.engine import Replay, RunConfig, build_config
 from kvreplay.replay.params import LayoutParams, ReplayParams
 from testbed.core.errors import KvbedError
-from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
+from testbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
 from testbed.vm import checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
 from testbed.vm.target import VmCompletion, VmTarget
@@ -75,9 +75,9 @@ SOURCES_NVME = {"lat_ns": "guest", "object_lat_ns": "guest", "waf": "model", "me
 class VmLinkParams:
     """How the replay talks to the guest agent (``--param batch_ops=512`` ...)."""
 
-    batch_ops: int = 256  # ops per message to the agent
-    inflight: int = 2  # messages outstanding, so the agent always has the next batch queued
-    reply_timeout_s: float = 60.0  # an agent silent for this long is declared stuck
+    batch_ops: int = param(256, "ops per message to the agent")
+    inflight: int = param(2, "messages outstanding, so the agent always has the next batch queued")
+    reply_timeout_s: float = param(60.0, "an agent silent for this long is declared stuck")
 
     def validate(self) -> "VmLinkParams":
         if self.batch_ops < 1 or self.inflight < 1:
@@ -105,13 +105,6 @@ def split_vm_params(params: list[str] | tuple[str, ...]) -> tuple[list[str], lis
 
 def _fixed_of(groups: dict[str, Any]) -> dict[str, Any]:
     return {f"{g}.{f}": getattr(groups[g], f) for g, fs in FIXED.items() if g in groups for f in fs}
-
-
-def _human(n: int) -> str:
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k}{unit}"
-    return str(n)
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -148,7 +141,7 @@ def build_vm_config(trace: str, device: str | None, hints: str, params: list[str
         for kv in routed[g]:
             k = kv.split("=", 1)[0].strip().replace("-", "_")
             if k in FIXED.get(g, ()):
-                raise KvbedError(f"--vm {vm}: {k} is fixed at `kvbed up` (the VM has {k}={_human(getattr(base, k))}); "
+                raise KvbedError(f"--vm {vm}: {k} is fixed at `kvbed up` (the VM has {k}={format_size(getattr(base, k))}); "
                                  f"start a VM with another {k}, or drop --vm for one sized from the trace")
         groups[g] = with_overrides(base, routed[g])
     if "flash" in groups and not any(kv.split("=")[0].strip() in ("seed", "flash.seed") for kv in rest):
@@ -271,7 +264,7 @@ class VmReplay:
                 now = {g: from_dict(c, self.vm.state.params.get(g, {}), where=f"VM {self.vm.name}")
                        for g, c in DEVICES.get(cfg.device).param_classes.items()}
                 want, have = _fixed_of(cfg.device_params), _fixed_of(now)
-                diff = [f"{k}={_human(want[k])} (VM has {_human(have[k])})" for k in want if have.get(k) != want[k]]
+                diff = [f"{k}={format_size(want[k])} (VM has {format_size(have[k])})" for k in want if have.get(k) != want[k]]
                 if diff:
                     raise KvbedError(f"VM {self.vm.name} no longer has this run's geometry: {', '.join(diff)}")
 
@@ -468,7 +461,7 @@ class VmReplay:
                         "note": "bytes the agent wrote with each placement id (DTYPE=2, DSPEC) vs the hints' ids"})
         if tgt.zns is not None:
             out += tgt.zns.checks(after["zone_report"])
-            if complete and hasattr(rep.layout, "zs"):
+            if complete and rep.layout.zoned:
                 out.append(_layout_zone_check(rep, tg, after["zone_report"]))
         if "smart" in after:
             s = _delta(self.before["smart"], after["smart"])
