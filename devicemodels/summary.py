@@ -11,7 +11,9 @@ from devicemodels.histogram import LatencyHistogram
 
 
 def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict[str, Any]:
-    """fio's per-direction job entry: io_bytes, bw_bytes, iops, runtime, total_ios, lat_ns."""
+    """fio's per-direction job entry: io_bytes, bw_bytes, iops, runtime, total_ios, lat_ns. Besides the
+    unit-suffixed keys it has fio's own ``bw`` (KiB/s) and ``runtime`` (ms), as integers like fio's,
+    which is what fio readers look for."""
     n = h.n
     secs = runtime_ns / 1e9 if runtime_ns > 0 else 0.0
     out: dict[str, Any] = {}
@@ -19,8 +21,10 @@ def io_entry(h: LatencyHistogram, io_bytes: int | None, runtime_ns: int) -> dict
         out["io_bytes"] = int(io_bytes)
         out["io_kbytes"] = int(io_bytes) // 1024
         out["bw_bytes"] = int(io_bytes / secs) if secs else 0
+        out["bw"] = int(io_bytes / 1024 / secs) if secs else 0
     out["iops"] = n / secs if secs else 0.0
     out["runtime_ns"] = int(runtime_ns)
+    out["runtime"] = int(runtime_ns) // 1_000_000
     out["total_ios"] = n
     out["lat_ns"] = h.to_dict()
     return out

@@ -52,7 +52,7 @@ def test_result_is_fio_shaped_and_consistent(trace, tmp_path):
     job = r["jobs"][0]
     for d in ("read", "write", "object_read", "object_write"):
         e = job[d]
-        assert {"io_bytes", "bw_bytes", "iops", "runtime_ns", "total_ios", "lat_ns"} <= set(e)
+        assert {"io_bytes", "bw_bytes", "bw", "iops", "runtime_ns", "runtime", "total_ios", "lat_ns"} <= set(e)
         lat = e["lat_ns"]
         assert {"min", "max", "mean", "stddev", "N", "percentile"} <= set(lat)
         assert list(lat["percentile"]) == FIO_KEYS
@@ -77,6 +77,9 @@ def test_result_is_fio_shaped_and_consistent(trace, tmp_path):
         secs = e["runtime_ns"] / 1e9
         assert e["runtime_ns"] == job["runtime_ns"] > 0
         assert e["iops"] == e["total_ios"] / secs and e["bw_bytes"] == int(e["io_bytes"] / secs)
+        # fio's own units beside ours: runtime in whole ms, bw in whole KiB/s
+        assert e["runtime"] == e["runtime_ns"] // 10**6 and isinstance(e["runtime"], int)
+        assert e["bw"] == int(e["io_bytes"] / 1024 / secs) and abs(e["bw"] - e["bw_bytes"] / 1024) < 1
     ts = pq.read_table(tmp_path / "r" / "timeseries.parquet").to_pydict()
     assert sum(ts["user_bytes_written"]) == job["user_bytes_written"]
     assert sum(ts["write_ops"]) == job["write"]["total_ios"]
