@@ -22,7 +22,7 @@ from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.scan import ScanResult
 from kvreplay.replay.sizing import apply_defaults, explicit_keys, size_device
 from testbed.core.errors import KvbedError
-from testbed.core.params import from_dict, split_overrides, to_dict, with_overrides
+from testbed.core.params import from_dict, split_overrides, to_dict, with_options, with_overrides
 from testbed.core.version import __version__
 
 
@@ -99,22 +99,15 @@ class RunConfig:
             raise KvbedError(f"malformed config ({exc})", where=where) from None
 
 
-def option_pairs(options: dict[str, Any] | None) -> list[str]:
-    """CLI options that are parameters, as ``k=v`` pairs: they take the ``--param`` path, after ``--param``
-    (an option given on the command line wins over the same key in ``--param``)."""
-    return [f"{k}={v}" for k, v in (options or {}).items() if v is not None]
-
-
 def build_config(trace: str | Path, device: str, hints: str, params: list[str] | tuple[str, ...] = (),
                  options: dict[str, Any] | None = None) -> RunConfig:
-    """Route ``--param k=v`` pairs and CLI options to their dataclasses; fail early on anything unknown."""
+    """Route ``--param k=v`` pairs and CLI options (``{field: value}``, the same path) to their dataclasses;
+    fail early on anything unknown."""
     device_cls = DEVICES.get(device)
     policy_cls = HINTS.get(hints)
     classes = {"replay": ReplayParams, "layout": LayoutParams, "hint": policy_cls.Params, **device_cls.param_classes}
-    routed = split_overrides(list(params), classes)
-    opts = split_overrides(option_pairs(options), {"replay": ReplayParams}, what="option")
-    replay = with_overrides(with_overrides(ReplayParams(), routed["replay"]), opts["replay"], what="option")
-    replay.validate()
+    routed = split_overrides(with_options(params, options), classes)
+    replay = with_overrides(ReplayParams(), routed["replay"]).validate()
     layout = with_overrides(LayoutParams(), routed["layout"]).validate()
     hint_params = with_overrides(policy_cls.Params(), routed["hint"])
     groups = apply_defaults({g: c() for g, c in device_cls.param_classes.items()})

@@ -15,6 +15,7 @@ import typing
 import click
 
 from testbed.core.errors import KvbedError
+from testbed.core.params import with_options
 
 
 def _devices():
@@ -140,21 +141,19 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
     from testbed.core.atomicio import check_can_make_dir, write_json
 
     cls = dm.DEVICES.get(device_name)
-    # options that are parameters take the --param path, after the --param pairs (the option wins)
-    overrides = list(params)
+    # options that are parameters take the --param path
     fields = {f.name for g in cls.param_classes.values() for f in dataclasses.fields(g)}
     for opt, key, val in (("--op", "op_ratio", op_ratio), ("--gc", "gc_policy", gc_policy)):
-        if val is not None:
-            if key not in fields:
-                raise KvbedError(f"{opt} does not apply to device {device_name}")
-            overrides.append(f"{key}={val}")
+        if val is not None and key not in fields:
+            raise KvbedError(f"{opt} does not apply to device {device_name}")
+    overrides = with_options(params, {"op_ratio": op_ratio, "gc_policy": gc_policy})
     if pages is not None:
         if pages <= 0:
             raise KvbedError(f"--pages must be positive, got {pages}")
         groups = cls.param_groups(overrides)
         owner = next(g for g in groups.values() if {"logical_bytes", "cxl_bytes"} & {f.name for f in dataclasses.fields(g)})
         key = "logical_bytes" if hasattr(owner, "logical_bytes") else "cxl_bytes"
-        overrides.append(f"{key}={pages * owner.page_bytes}")
+        overrides = with_options(overrides, {key: pages * owner.page_bytes})
     if output:
         check_can_make_dir(output, f"-o {output}")
     kwargs = dict(overrides=overrides, writes_x=writes_x, warmup_x=warmup_x, fill=not no_fill, bs_pages=bs_pages,

@@ -67,26 +67,13 @@ def _replay_options(f: Callable) -> Callable:
 
 
 def _param_epilog() -> str:
-    """Every --param key, from the dataclasses themselves."""
-    from devicemodels.params import CxlParams, FdpParams, FlashParams, ZnsParams
-    from kvreplay.hints.hotness import HotnessParams
-    from kvreplay.hints.noisy_oracle import NoisyOracleParams
-    from kvreplay.hints.predicted import PredictedParams
-    from kvreplay.replay.params import LayoutParams
-    from testbed.vm.qemu import VmParams
-    from testbed.vm.replay import VmLinkParams
+    """Every --param key, from the dataclasses themselves (``kvbed params`` shows defaults and meaning)."""
+    from testbed.paramdocs import keys_epilog, parameter_sets
 
-    names = lambda c, skip=(): ", ".join(x.name for x in dataclasses.fields(c) if x.name not in skip)  # noqa: E731
-    cli_fields = {x.name for x in dataclasses.fields(ReplayParams) if x.metadata.get("cli")}
+    sets = [n for n in parameter_sets() if n not in ("tier", "synth")]
     return (
-        "\b\n--param keys (units accepted: 1GiB, 2ms, 7%):\n"
-        f"  replay: {names(ReplayParams, cli_fields)}\n"
-        f"  layout: {names(LayoutParams)}\n"
-        f"  oracle/noisy-oracle: {names(NoisyOracleParams)}; hotness: {names(HotnessParams)};\n"
-        f"  predicted: {names(PredictedParams)}\n"
-        f"  flash (conv/fdp/zns): {names(FlashParams)}\n"
-        f"  fdp: {names(FdpParams)}; zns: {names(ZnsParams)}; cxl: {names(CxlParams)}\n"
-        f"  --target vm: {names(VmParams)} (ephemeral VM only); {names(VmLinkParams)}\n"
+        "\b\n--param keys (units accepted: 1GiB, 2ms, 7%; `kvbed params` gives defaults, units, meaning):\n"
+        + keys_epilog(sets) + "\n"
         "Defaults: 1 MiB mapping unit, full-stripe RUs/zones, capacity = peak live data / fill ratio,\n"
         "dies raised until the busiest second of writes fits (see kvreplay/replay/sizing.py).\n"
         "--vm NAME: the VM's namespace size, page, FDP/ZNS/CXL geometry are fixed at `kvbed up`;\n"

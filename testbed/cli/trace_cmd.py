@@ -22,7 +22,7 @@ from rich.table import Table
 from testbed.cli.console import console
 from testbed.core.errors import KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
-from testbed.core.params import field_types, split_overrides, with_overrides
+from testbed.core.params import field_types, split_overrides, with_options, with_overrides
 
 # --------------------------------------------------------------------------- helpers
 
@@ -77,25 +77,24 @@ def _show_default(name: str, value: Any) -> str:
 
 
 def build_tier_params(base: Any, kwargs: dict[str, Any], extra: list[str]) -> Any:
-    """Apply ``--policy``, the generated per-field options and ``--param`` pairs to ``base``."""
+    """``base`` with ``--policy`` (every tier, or ``TIER=NAME``: a base the rest may refine), then the
+    generated per-field options and the ``--param`` pairs, which take one path (a key given both ways is
+    refused)."""
     from kvreplay.tiers import SIM_TIERS, TierSimParams
 
-    changes: dict[str, str] = {}
+    policies: dict[str, str] = {}
     for spec in kwargs.pop("policy", ()) or ():
         if "=" in spec:
             tier, name = (s.strip() for s in spec.split("=", 1))
             if tier not in SIM_TIERS:
                 raise KvbedError(f"--policy: unknown tier {tier!r} (choose from: {', '.join(SIM_TIERS)})")
-            changes[f"{tier}_policy"] = name
+            policies[f"{tier}_policy"] = name
         else:
             for tier in SIM_TIERS:
-                changes[f"{tier}_policy"] = spec
-    for name in field_types(TierSimParams):
-        v = kwargs.pop(name, None)
-        if v is not None:
-            changes[name] = v
-    p = with_overrides(base, changes, what="tier option")
-    p = with_overrides(p, extra, what="--param")
+                policies[f"{tier}_policy"] = spec
+    options = {name: kwargs.pop(name, None) for name in field_types(TierSimParams)}
+    p = with_overrides(base, policies, what="--policy")
+    p = with_overrides(p, with_options(extra, options))
     return p.validate()
 
 
@@ -275,11 +274,9 @@ def synth_cmd(out: Path, seed: int | None, duration_s: float | None, sessions_pe
     from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams, synth_facts, synthesize
     from kvreplay.tiers import TierSimParams
 
-    groups = split_overrides(list(params), {"synth": SynthParams, "tier": TierSimParams})
-    sp = SynthParams()
-    explicit = {"seed": seed, "duration_s": duration_s, "sessions_per_s": sessions_per_s, "tenants": tenants}
-    sp = with_overrides(sp, {k: v for k, v in explicit.items() if v is not None})
-    sp = with_overrides(sp, groups["synth"]).validate()
+    options = {"seed": seed, "duration_s": duration_s, "sessions_per_s": sessions_per_s, "tenants": tenants}
+    groups = split_overrides(with_options(params, options), {"synth": SynthParams, "tier": TierSimParams})
+    sp = with_overrides(SynthParams(), groups["synth"]).validate()
     tier = build_tier_params(SYNTH_TIER_DEFAULTS, kwargs, groups["tier"])
     reqs = synthesize(sp, tier)
     meta = TraceMeta(source={"importer": "synth"}, source_facts=synth_facts(sp, reqs),

@@ -215,6 +215,22 @@ def _split_pair(pair: str, what: str) -> tuple[str, str]:
     return k, v
 
 
+def with_options(pairs: Iterable[str], options: dict[str, Any] | None, *, what: str = "--param") -> list[str]:
+    """``--param`` pairs plus the CLI options that are parameters (``{field: value}``, None = not given), as
+    one list of ``k=v`` pairs for :func:`split_overrides` / :func:`with_overrides`: every option takes the
+    same path as ``--param``. A key given both ways is ambiguous and refused."""
+    pairs = list(pairs)
+    given = {_split_pair(p, what)[0].strip().replace("-", "_").rpartition(".")[2] for p in pairs}
+    out = list(pairs)
+    for key, val in (options or {}).items():
+        if val is None:
+            continue
+        if key in given:
+            raise KvbedError(f"{key} is given twice, as --{key.replace('_', '-')} and in {what}; give it once")
+        out.append(f"{key}={val}")
+    return out
+
+
 def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str = "--param") -> dict[str, list[str]]:
     """Route ``k=v`` pairs to whichever of several dataclasses has field ``k``.
 

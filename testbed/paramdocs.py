@@ -1,0 +1,70 @@
+"""Every parameter set a user can set, by name, documented from the dataclasses' own declarations.
+
+``kvbed params`` prints them, ``kvbed replay --help`` lists their keys, and the README's parameter
+tables are ``kvbed params --markdown`` (a test keeps the README in step), so help never drifts from the
+fields it describes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.core.params import describe
+
+
+def parameter_sets() -> dict[str, tuple[type, str]]:
+    """name -> (dataclass, where it applies), in the order they are documented."""
+    from devicemodels.params import CxlParams, CxlSsdParams, FdpParams, FlashParams, ZnsParams
+    from kvreplay.hints import HINTS
+    from kvreplay.layout.params import LayoutParams
+    from kvreplay.replay.params import ReplayParams
+    from kvreplay.synth import SynthParams
+    from kvreplay.tiers import TierSimParams
+    from testbed.vm.qemu import VmParams
+    from testbed.vm.replay import VmLinkParams
+
+    out: dict[str, tuple[type, str]] = {
+        "replay": (ReplayParams, "kvbed replay (options marked * are also --options)"),
+        "layout": (LayoutParams, "kvbed replay: how objects are placed in the namespace"),
+    }
+    for name in HINTS:
+        cls = HINTS.get(name).Params
+        if any(True for _ in describe(cls)):
+            out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}")
+    out.update({
+        "flash": (FlashParams, "devices conv, fdp, zns, cxl-ssd (kvbed replay, kvbed device run, kvbed up)"),
+        "fdp": (FdpParams, "device fdp"),
+        "zns": (ZnsParams, "device zns"),
+        "cxl": (CxlParams, "devices cxl, cxl-ssd"),
+        "cache": (CxlSsdParams, "device cxl-ssd"),
+        "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
+        "synth": (SynthParams, "kvbed trace synth"),
+        "vm": (VmParams, "kvbed up, kvbed replay --target vm: the guest machine"),
+        "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
+    })
+    return out
+
+
+def _default(row: dict[str, Any]) -> str:
+    return row["default"] if row["default"] != "" else '""'
+
+
+def markdown(names: list[str] | None = None) -> str:
+    """One table per parameter set: key, default, unit or choices, meaning."""
+    sets = parameter_sets()
+    parts = []
+    for name in names or list(sets):
+        cls, where = sets[name]
+        lines = [f"**{name}** ({where})", "", "| key | default | unit / choices | meaning |", "|---|---|---|---|"]
+        for r in describe(cls):
+            kind = ", ".join(r["choices"]) if r["choices"] else (r["unit"] or "")
+            key = f"`{r['name']}`" + ("*" if r["cli"] else "")
+            lines.append(f"| {key} | `{_default(r)}` | {kind} | {r['help'].replace('|', '/')} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def keys_epilog(names: list[str]) -> str:
+    """The ``--param`` keys of some sets, one line each, for a command's help."""
+    sets = parameter_sets()
+    return "\n".join(f"  {n}: {', '.join(r['name'] for r in describe(sets[n][0]))}" for n in names)
