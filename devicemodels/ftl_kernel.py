@@ -34,8 +34,9 @@ buffer makes GC stalls visible to the host.
 
 Performance notes: kernels are compiled without numba's reference counting (see
 :mod:`devicemodels.jit`), so per-line helpers that take the state cost a few ns per
-call; the per-page paths (host write, read, TRIM, GC copy) are still written out
-inline with the arrays in locals so that LLVM keeps them in registers. The L2P
+call; the per-page paths (host write, read, TRIM, GC copy) are written out inline,
+or call ``inline="always"`` helpers (``_invalidate``, ``t_read``, ...) that take the
+arrays themselves, held in locals, so that LLVM keeps them in registers. The L2P
 entries of upcoming ops and of the next pages a victim moves are prefetched:
 on large devices the maps do not fit in cache and that halves the time.
 """
@@ -527,30 +528,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
             for k in range(npages[i]):
                 x = x0 + k
                 old = l2p[x]
-                if old >= 0:  # invalidate the old copy (written out: see the performance note)
-                    ol = line_of(g, old)
-                    p2l[old] = -1
-                    c = vc[ol] - 1
-                    vc[ol] = c
-                    if g.use_buckets and lstate[ol] == LINE_CLOSED:
-                        org = 0 if g.nrg == 1 else ol // g.lpr
-                        bb = org * (ppl + 1)
-                        nx = bnext[ol]
-                        pv = bprev[ol]
-                        if pv >= 0:
-                            bnext[pv] = nx
-                        else:
-                            bhead[bb + c + 1] = nx
-                        if nx >= 0:
-                            bprev[nx] = pv
-                        h = bhead[bb + c]
-                        bnext[ol] = h
-                        bprev[ol] = -1
-                        if h >= 0:
-                            bprev[h] = ol
-                        bhead[bb + c] = ol
-                        if c < rgm[org, RG_BMIN]:
-                            rgm[org, RG_BMIN] = c
+                if old >= 0:  # invalidate the old copy
+                    _invalidate(p2l, vc, lstate, bhead, bnext, bprev, rgm, g, old)
                 t_buf = t
                 pos = 0
                 if timing:
