@@ -5,16 +5,24 @@ Checked after every batch: L2P and P2L are inverse (each LBA maps to at most one
 back), valid counts per line match P2L, valid pages equal mapped LBAs (conserved), free space
 accounting is never negative, media writes >= host writes, completions are not before arrivals,
 and the mapped LBA set equals a plain Python model of writes minus trims.
+
+A GC policy code that the kernel does not dispatch is an error at the first GC, not another policy.
 """
 
+import re
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET, op_batch
+from devicemodels import ftl_state as S
+from devicemodels.base import (GC_POLICIES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
+                               OP_ZONE_RESET, op_batch)
+from devicemodels.gc_policies import NO_POLICY, select_victim
 from testbed.core.errors import KvbedError
 
-from device_helpers import make
+from device_helpers import make, writes
 
 L = 1024  # logical pages of the test devices below
 SMALL = ["logical_bytes=4MiB", "pages_per_block=8", "channels=2", "dies_per_channel=2", "op_ratio=0.5"]
@@ -74,6 +82,48 @@ def test_ftl_invariants(cfg, batches):
         assert cnt["host_pages_written"] == host
         assert cnt["media_pages_written"] == host + cnt["gc_pages_moved"] >= host
         assert min(d.stats()["gc"]["free_lines"]) >= 0
+
+
+@pytest.mark.parametrize("name", GC_POLICIES.names())
+def test_every_registered_gc_policy_is_dispatched(name):
+    d = make("conv", f"gc_policy={name}", "blocks_per_line=2", base=SMALL)
+    assert select_victim(d.st, d.geo, 0) == -1  # no closed line yet (an undispatched code gives NO_POLICY)
+    d.submit(writes(np.arange(L)))
+    v = select_victim(d.st, d.geo, 0)
+    assert v >= 0 and d.st.lstate[v] == S.LINE_CLOSED
+    unknown = max(GC_POLICIES.get(n).code for n in GC_POLICIES) + 1
+    assert select_victim(d.st, d.geo._replace(policy=unknown), 0) == NO_POLICY
+
+
+CONV_LOW_OP = ["op_ratio=0.1", "blocks_per_line=2"]
+
+
+@pytest.mark.parametrize("device, params, first_gc", [
+    ("conv", [*CONV_LOW_OP, "timing=false"], "gc_fg_runs"),
+    ("conv", [*CONV_LOW_OP, "timing=true"], "gc_bg_runs"),  # background GC in idle gaps
+    ("conv", [*CONV_LOW_OP, "timing=true", "gc_bg_trigger=threshold"], "gc_bg_runs"),  # ... after a line opens
+    ("conv", [*CONV_LOW_OP, "timing=false", "gc_separate_frontier=false", "gc_fg_free_lines=2"], "gc_fg_runs"),
+    ("fdp", ["op_ratio=0.25", "ru_bytes=64KiB", "nruh=4", "timing=false"], "gc_fg_runs"),
+])
+def test_an_unknown_gc_policy_code_is_an_error_at_the_first_gc(device, params, first_gc):
+    """A device whose policy code is not dispatched fails with one located error where the same device
+    with cost-benefit (what an unknown code used to run) first collects, and collects nothing."""
+    ref, bad = (make(device, "gc_policy=cost-benefit", *params, base=SMALL) for _ in range(2))
+    bad.geo = bad.geo._replace(policy=99)
+    lbas = np.concatenate((np.arange(L), np.random.default_rng(1).integers(0, L, 2 * L)))
+    batch = writes(lbas, t=np.arange(lbas.size) * 10_000_000)  # 10 ms apart: idle gaps for background GC
+    with pytest.raises(KvbedError) as e:
+        bad.submit(batch)
+    msg = str(e.value)
+    m = re.fullmatch(rf"{device} op (\d+): GC victim policy code 99 is not one the FTL kernel dispatches "
+                     r"\(registered: .*cost-benefit=1.*\)", msg)
+    assert m, msg
+    i = int(m.group(1))
+    assert bad.counters()["gc_runs"] == 0 and not bad.st.erase.any()  # no victim was collected
+    ref.submit({k: c[:i] for k, c in batch.items()})
+    assert ref.counters()["gc_runs"] == 0
+    ref.submit({k: c[i:i + 1] for k, c in batch.items()})
+    assert ref.counters()[first_gc] > 0
 
 
 zone_rows = st.lists(
