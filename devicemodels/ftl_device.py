@@ -16,7 +16,7 @@ from devicemodels.jit import njit
 
 from devicemodels import ftl_kernel as K
 from devicemodels import ftl_state as S
-from devicemodels.base import OP_DTYPES, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, Completion, DeviceModel
+from devicemodels.base import GC_POLICIES, OP_DTYPES, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, Completion, DeviceModel
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from devicemodels.params import FlashParams
 from devicemodels.summary import latency_by_op, wear_summary
@@ -142,6 +142,10 @@ class FtlDevice(DeviceModel):
             where = f"{self.name} op {i}"
             if code == K.ERR_OP:
                 raise KvbedError(f"operation code {detail} is not supported", where=where)
+            if code == K.ERR_POLICY:
+                known = ", ".join(f"{n}={GC_POLICIES.get(n).code}" for n in GC_POLICIES.names())
+                raise KvbedError(f"GC victim policy code {detail} is not one the FTL kernel dispatches "
+                                 f"(registered: {known})", where=where)
             if code == K.ERR_STUCK:
                 raise KvbedError(
                     f"garbage collection cannot free space in reclaim group {detail}: every closed line is "

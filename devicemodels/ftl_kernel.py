@@ -34,8 +34,9 @@ buffer makes GC stalls visible to the host.
 
 Performance notes: kernels are compiled without numba's reference counting (see
 :mod:`devicemodels.jit`), so per-line helpers that take the state cost a few ns per
-call; the per-page paths (host write, read, TRIM, GC copy) are still written out
-inline with the arrays in locals so that LLVM keeps them in registers. The L2P
+call; the per-page paths (host write, read, TRIM, GC copy) are written out inline,
+or call ``inline="always"`` helpers (``_invalidate``, ``t_read``, ...) that take the
+arrays themselves, held in locals, so that LLVM keeps them in registers. The L2P
 entries of upcoming ops and of the next pages a victim moves are prefetched:
 on large devices the maps do not fit in cache and that halves the time.
 """
@@ -48,13 +49,15 @@ from devicemodels.ftl_state import (
     C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, LINE_CLOSED,
     LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_HOST_BUSY, M_WB_POS, RG_BMIN,
     RG_CLOSED, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
-from devicemodels.gc_policies import GREEDY, select_victim
+from devicemodels.gc_policies import GREEDY, NO_POLICY, select_victim
 from devicemodels.histogram import hist_record
 from devicemodels.jit import kernel
 from devicemodels.prefetch import prefetch
 
-# error codes returned in err[0]; err[1] = op index, err[2] = reclaim group / op code
-ERR_OK, ERR_STUCK, ERR_NO_DEST, ERR_OP = 0, 1, 2, 3
+# error codes returned in err[0]; err[1] = op index, err[2] = reclaim group / op code / GC policy code
+ERR_OK, ERR_STUCK, ERR_NO_DEST, ERR_OP, ERR_POLICY = 0, 1, 2, 3, 4
+# what _gc_one reports in out[0] instead of the pages it gained
+GC_NO_VICTIM, GC_NO_DEST, GC_NO_POLICY = -1, -2, -3
 PF_OPS = 16  # prefetch the L2P entry of the op this many ahead
 PF_GC = 32  # ... and of the victim page this many ahead
 
@@ -262,12 +265,13 @@ def _invalidate(p2l, vc, lstate, bhead, bnext, bprev, rgm, g, ppa):
 def _gc_one(st, g, rg, t0, out):
     """Collect one victim of group ``rg``: copies and erase start at ``t0``.
 
-    out[0] = pages gained (ppl - moved; -1 no victim, -2 no GC destination), out[1] = end time.
+    out[0] = pages gained (ppl - moved), or GC_NO_VICTIM, GC_NO_DEST, GC_NO_POLICY (unknown policy
+    code: nothing changed); out[1] = end time.
     """
     out[1] = t0
     v = select_victim(st, g, rg)
     if v < 0:
-        out[0] = -1
+        out[0] = GC_NO_POLICY if v == NO_POLICY else GC_NO_VICTIM
         return
     _unclose(st, g, rg, v)
     st.lstate[v] = LINE_VICTIM
@@ -316,7 +320,7 @@ def _gc_one(st, g, rg, t0, out):
             continue
         if dst < 0:
             if free_count(st, rg) == 0:
-                out[0] = -2
+                out[0] = GC_NO_DEST
                 return
             dst = _open(st, g, rg, f, gc_owner)
             q = 0
@@ -373,6 +377,17 @@ def _gc_one(st, g, rg, t0, out):
     out[1] = t_end
 
 
+@kernel(inline="always")
+def _gc_failed(g, rg, code, err):
+    """Report a failed ``_gc_one`` (``code`` < 0) in ``err``."""
+    if code == GC_NO_POLICY:
+        err[0] = ERR_POLICY
+        err[2] = g.policy
+    else:
+        err[0] = ERR_STUCK if code == GC_NO_VICTIM else ERR_NO_DEST
+        err[2] = rg
+
+
 @kernel
 def _make_room(st, g, rg, thr, t0, which, err, tmp):
     """GC until more than ``thr`` lines are free; returns the end time, or -1 (err set)."""
@@ -381,8 +396,7 @@ def _make_room(st, g, rg, thr, t0, which, err, tmp):
     while free_count(st, rg) <= thr:
         _gc_one(st, g, rg, t0, tmp)
         if tmp[0] < 0:
-            err[0] = ERR_STUCK if tmp[0] == -1 else ERR_NO_DEST
-            err[2] = rg
+            _gc_failed(g, rg, tmp[0], err)
             return -1
         st.ctr[which] += 1
         if tmp[1] > t_end:
@@ -399,14 +413,17 @@ def _make_room(st, g, rg, thr, t0, which, err, tmp):
 
 
 @kernel
-def _bg_gc_on_write(st, g, rg, t, tmp):
+def _bg_gc_on_write(st, g, rg, t, err, tmp):
     """With ``bg_on_write``: background GC from ``t`` until ``bg`` lines are free (FEMU's trigger, after
-    a host write opened a line); nobody waits for it."""
+    a host write opened a line); nobody waits for it. Lacking a victim or destination it stops
+    (foreground GC reports it if it matters); an unknown policy code sets ``err``."""
     if not (g.bg_on_write and g.timing):
         return
     while free_count(st, rg) < g.bg:
         _gc_one(st, g, rg, t, tmp)
         if tmp[0] < 0:
+            if tmp[0] == GC_NO_POLICY:
+                _gc_failed(g, rg, tmp[0], err)
             break
         st.ctr[C_GC_BG] += 1
         if tmp[1] > st.misc[M_BUSY_UNTIL]:
@@ -423,7 +440,7 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
     has a destination. With one shared frontier (``gc_shared``) the line is opened first and GC
     copies into it (the textbook single-frontier model: each new line starts with the copies of
     one victim). Returns when the host page may be programmed (later than ``t_ready`` if
-    foreground GC stalled it), or -1 on error.
+    foreground GC stalled it), or -1 on error (err set).
     """
     thr = g.fg
     if g.gc_shared:
@@ -434,8 +451,8 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
         thr -= 1
     elif free_count(st, rg) > thr:
         _open(st, g, rg, f, ruh)
-        _bg_gc_on_write(st, g, rg, t_ready, tmp)
-        return t_ready
+        _bg_gc_on_write(st, g, rg, t_ready, err, tmp)
+        return -1 if err[0] else t_ready
     t_gc = _make_room(st, g, rg, thr, t_ready, C_GC_FG, err, tmp)
     if t_gc < 0:
         return -1
@@ -450,14 +467,17 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
     if st.fr_line[f] < 0:
         _open(st, g, rg, f, ruh)
     if not g.gc_shared:
-        _bg_gc_on_write(st, g, rg, t_ready, tmp)
+        _bg_gc_on_write(st, g, rg, t_ready, err, tmp)
+        if err[0]:
+            return -1
     return t_ready
 
 
 @kernel
-def _bg_gc(st, g, t, tmp):
+def _bg_gc(st, g, t, err, tmp):
     """Background GC in the idle gap before ``t``: no host op has been in flight since
-    ``host_busy``; victims are collected back to back from then while they start before ``t``."""
+    ``host_busy``; victims are collected back to back from then while they start before ``t``.
+    Lacking a victim or destination it stops; an unknown policy code sets ``err``."""
     misc = st.misc
     for rg in range(g.nrg):
         start = misc[M_HOST_BUSY]
@@ -466,6 +486,9 @@ def _bg_gc(st, g, t, tmp):
         while free_count(st, rg) < g.bg and start <= t:
             _gc_one(st, g, rg, start, tmp)
             if tmp[0] < 0:
+                if tmp[0] == GC_NO_POLICY:
+                    _gc_failed(g, rg, tmp[0], err)
+                    return
                 break
             st.ctr[C_GC_BG] += 1
             start = tmp[1]
@@ -514,7 +537,10 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                 if rgm[rg, RG_FREE_TAIL] - rgm[rg, RG_FREE_HEAD] < g.bg:
                     short = True
             if short:
-                _bg_gc(st, g, t, tmp)
+                _bg_gc(st, g, t, err, tmp)
+                if err[0]:
+                    err[1] = i
+                    return
         o = op[i]
         ctr[C_OPS + o] += 1
         d = t
@@ -527,30 +553,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
             for k in range(npages[i]):
                 x = x0 + k
                 old = l2p[x]
-                if old >= 0:  # invalidate the old copy (written out: see the performance note)
-                    ol = line_of(g, old)
-                    p2l[old] = -1
-                    c = vc[ol] - 1
-                    vc[ol] = c
-                    if g.use_buckets and lstate[ol] == LINE_CLOSED:
-                        org = 0 if g.nrg == 1 else ol // g.lpr
-                        bb = org * (ppl + 1)
-                        nx = bnext[ol]
-                        pv = bprev[ol]
-                        if pv >= 0:
-                            bnext[pv] = nx
-                        else:
-                            bhead[bb + c + 1] = nx
-                        if nx >= 0:
-                            bprev[nx] = pv
-                        h = bhead[bb + c]
-                        bnext[ol] = h
-                        bprev[ol] = -1
-                        if h >= 0:
-                            bprev[h] = ol
-                        bhead[bb + c] = ol
-                        if c < rgm[org, RG_BMIN]:
-                            rgm[org, RG_BMIN] = c
+                if old >= 0:  # invalidate the old copy
+                    _invalidate(p2l, vc, lstate, bhead, bnext, bprev, rgm, g, old)
                 t_buf = t
                 pos = 0
                 if timing:

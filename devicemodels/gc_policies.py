@@ -8,7 +8,10 @@ one branch in :func:`select_victim`.
 
 Every selector returns a closed line of reclaim group ``rg`` (or -1 if there is
 none) and does not change state except FIFO, which pops its ring; the caller
-unlinks the victim from the other structures.
+unlinks the victim from the other structures. A policy code that
+:func:`select_victim` does not dispatch is answered with ``NO_POLICY`` (no
+selector runs), which the FTL kernel reports as an error instead of running
+some other policy.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from devicemodels.jit import kernel
 from devicemodels.ftl_state import (LINE_CLOSED, M_CLOCK, RG_BMIN, RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL)
 
 GREEDY, COST_BENEFIT, FIFO, RANDOM, DCHOICES = range(5)
+NO_POLICY = -2  # select_victim's answer to an unknown policy code (-1 is "no closed line")
 
 
 @dataclass(frozen=True)
@@ -114,16 +118,20 @@ def _cost_benefit(st, g, rg):
 
 @kernel
 def select_victim(st, g, rg):
+    """The victim of policy ``g.policy`` in group ``rg``: a closed line, -1 if there is none, or
+    ``NO_POLICY`` if the code is not a registered policy's (nothing runs, nothing changes)."""
     p = g.policy
     if p == GREEDY:
         return _greedy(st, g, rg)
+    if p == COST_BENEFIT:
+        return _cost_benefit(st, g, rg)
     if p == FIFO:
         return _fifo(st, g, rg)
     if p == RANDOM:
         return _random(st, g, rg)
     if p == DCHOICES:
         return _dchoices(st, g, rg)
-    return _cost_benefit(st, g, rg)
+    return NO_POLICY
 
 
 def policy_names() -> list[str]:

@@ -4,17 +4,26 @@ follows a reference state machine.
 Checked after every batch: L2P and P2L are inverse (each LBA maps to at most one valid page and
 back), valid counts per line match P2L, valid pages equal mapped LBAs (conserved), free space
 accounting is never negative, media writes >= host writes, completions are not before arrivals,
-and the mapped LBA set equals a plain Python model of writes minus trims.
+and the mapped LBA set equals a plain Python model of writes minus trims. Under greedy GC, the
+valid-count buckets hold exactly the closed lines, each in the bucket of its valid count.
+
+A GC policy code that the kernel does not dispatch is an error at the first GC, not another policy.
 """
 
+import re
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET, op_batch
+from devicemodels import ftl_state as S
+from devicemodels.base import (GC_POLICIES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
+                               OP_ZONE_RESET, op_batch)
+from devicemodels.gc_policies import NO_POLICY, select_victim
 from testbed.core.errors import KvbedError
 
-from device_helpers import make
+from device_helpers import make, writes
 
 L = 1024  # logical pages of the test devices below
 SMALL = ["logical_bytes=4MiB", "pages_per_block=8", "channels=2", "dies_per_channel=2", "op_ratio=0.5"]
@@ -74,6 +83,129 @@ def test_ftl_invariants(cfg, batches):
         assert cnt["host_pages_written"] == host
         assert cnt["media_pages_written"] == host + cnt["gc_pages_moved"] >= host
         assert min(d.stats()["gc"]["free_lines"]) >= 0
+
+
+def check_buckets(d):
+    """Greedy's buckets (``bhead[rg*(ppl+1) + v]`` -> ``bnext``/``bprev`` lists) hold exactly the closed
+    lines of each reclaim group, each in the bucket of its valid count, with consistent links, and the
+    group's ``RG_BMIN`` is at most its smallest non-empty bucket. Valid counts match P2L."""
+    s, g = d.st, d.geo
+    assert np.array_equal((s.p2l.reshape(g.N, g.ppl) >= 0).sum(axis=1), s.vc), "vc != valid P2L entries per line"
+    for rg in range(g.nrg):
+        lines = np.arange(rg * g.lpr, (rg + 1) * g.lpr)
+        closed = set(lines[s.lstate[lines] == S.LINE_CLOSED].tolist())
+        found: set[int] = set()
+        nonempty = []
+        for v in range(g.ppl + 1):
+            prev, line = -1, int(s.bhead[rg * (g.ppl + 1) + v])
+            while line >= 0:
+                assert line not in found, f"RG {rg}: line {line} is listed twice (or the list loops)"
+                assert line in closed, f"RG {rg}: bucket {v} holds line {line}, which is not a closed line of the group"
+                assert s.vc[line] == v, f"RG {rg}: line {line} with {s.vc[line]} valid pages is in bucket {v}"
+                assert s.bprev[line] == prev, f"RG {rg}: bprev of line {line} is {s.bprev[line]}, not {prev}"
+                found.add(line)
+                prev, line = line, int(s.bnext[line])
+            if prev >= 0:
+                nonempty.append(v)
+        assert found == closed, f"RG {rg}: closed lines missing from the buckets: {sorted(closed - found)}"
+        if nonempty:
+            assert s.rgm[rg, S.RG_BMIN] <= nonempty[0], f"RG {rg}: RG_BMIN above the smallest bucket {nonempty[0]}"
+
+
+greedy_configs = st.fixed_dictionaries({
+    "device": st.sampled_from(["conv", "fdp"]),
+    "nrg": st.sampled_from([1, 2]),
+    "ruh_type": st.sampled_from(["initially", "persistently"]),
+    "shared": st.booleans(),
+    "timing": st.booleans(),
+    "seed": st.integers(0, 2**16),
+})
+
+greedy_rows = st.lists(
+    st.tuples(st.sampled_from([OP_WRITE, OP_WRITE, OP_WRITE, OP_TRIM, OP_READ, OP_RUH_UPDATE]),
+              st.integers(0, L - 1), st.integers(1, 24), st.integers(0, 1), st.integers(0, 300_000)),
+    min_size=1, max_size=300)
+
+
+def _greedy_device(cfg):
+    """Greedy with little spare room, so GC runs often (a reclaim group keeps barely enough lines)."""
+    extra = ["gc_policy=greedy", f"timing={cfg['timing']}", f"seed={cfg['seed']}"]
+    if cfg["device"] == "fdp":
+        extra += ["op_ratio=0.25", "ru_bytes=64KiB", "nruh=2", f"nrg={cfg['nrg']}", f"ruh_type={cfg['ruh_type']}"]
+    elif cfg["shared"]:
+        extra += ["op_ratio=0.1", "blocks_per_line=2", "gc_separate_frontier=false", "gc_fg_free_lines=2"]
+    else:
+        extra += ["op_ratio=0.1", "blocks_per_line=2"]
+    return make(cfg["device"], *extra, base=SMALL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=greedy_configs, batches=st.lists(greedy_rows, min_size=1, max_size=4))
+def test_greedy_buckets_hold_exactly_the_closed_lines(cfg, batches):
+    d = _greedy_device(cfg)
+    g = d.geo
+    share = L // g.nrg  # each reclaim group gets its own part of the LBAs, so none holds more than its share
+    rng = np.random.default_rng(cfg["seed"])
+    fill = np.concatenate((np.arange(L), rng.integers(0, L, L)))  # fill, then one capacity of overwrites
+    t = 0
+    for part in np.split(fill, 16):
+        d.submit(writes(part, pid=part // share * g.nruh, t=t + np.arange(part.size) * 50_000))
+        t += part.size * 50_000
+        check_buckets(d)
+    assert d.counters()["gc_runs"] > 0
+    for rows in batches:
+        op, lba, npg, ruh, gap = (np.array(c) for c in zip(*rows))
+        if cfg["device"] == "conv":
+            op = np.where(op == OP_RUH_UPDATE, OP_READ, op)
+        rg = lba // share
+        npg = np.minimum(npg, (rg + 1) * share - lba)  # stay in the group's LBAs
+        arrival = t + np.cumsum(gap)
+        t = int(arrival[-1])
+        d.submit(op_batch(op, lba, npg, rg * g.nruh + ruh, arrival))
+        check_buckets(d)
+        d.check_invariants()
+
+
+@pytest.mark.parametrize("name", GC_POLICIES.names())
+def test_every_registered_gc_policy_is_dispatched(name):
+    d = make("conv", f"gc_policy={name}", "blocks_per_line=2", base=SMALL)
+    assert select_victim(d.st, d.geo, 0) == -1  # no closed line yet (an undispatched code gives NO_POLICY)
+    d.submit(writes(np.arange(L)))
+    v = select_victim(d.st, d.geo, 0)
+    assert v >= 0 and d.st.lstate[v] == S.LINE_CLOSED
+    unknown = max(GC_POLICIES.get(n).code for n in GC_POLICIES) + 1
+    assert select_victim(d.st, d.geo._replace(policy=unknown), 0) == NO_POLICY
+
+
+CONV_LOW_OP = ["op_ratio=0.1", "blocks_per_line=2"]
+
+
+@pytest.mark.parametrize("device, params, first_gc", [
+    ("conv", [*CONV_LOW_OP, "timing=false"], "gc_fg_runs"),
+    ("conv", [*CONV_LOW_OP, "timing=true"], "gc_bg_runs"),  # background GC in idle gaps
+    ("conv", [*CONV_LOW_OP, "timing=true", "gc_bg_trigger=threshold"], "gc_bg_runs"),  # ... after a line opens
+    ("conv", [*CONV_LOW_OP, "timing=false", "gc_separate_frontier=false", "gc_fg_free_lines=2"], "gc_fg_runs"),
+    ("fdp", ["op_ratio=0.25", "ru_bytes=64KiB", "nruh=4", "timing=false"], "gc_fg_runs"),
+])
+def test_an_unknown_gc_policy_code_is_an_error_at_the_first_gc(device, params, first_gc):
+    """A device whose policy code is not dispatched fails with one located error where the same device
+    with cost-benefit (what an unknown code used to run) first collects, and collects nothing."""
+    ref, bad = (make(device, "gc_policy=cost-benefit", *params, base=SMALL) for _ in range(2))
+    bad.geo = bad.geo._replace(policy=99)
+    lbas = np.concatenate((np.arange(L), np.random.default_rng(1).integers(0, L, 2 * L)))
+    batch = writes(lbas, t=np.arange(lbas.size) * 10_000_000)  # 10 ms apart: idle gaps for background GC
+    with pytest.raises(KvbedError) as e:
+        bad.submit(batch)
+    msg = str(e.value)
+    m = re.fullmatch(rf"{device} op (\d+): GC victim policy code 99 is not one the FTL kernel dispatches "
+                     r"\(registered: .*cost-benefit=1.*\)", msg)
+    assert m, msg
+    i = int(m.group(1))
+    assert bad.counters()["gc_runs"] == 0 and not bad.st.erase.any()  # no victim was collected
+    ref.submit({k: c[:i] for k, c in batch.items()})
+    assert ref.counters()["gc_runs"] == 0
+    ref.submit({k: c[i:i + 1] for k, c in batch.items()})
+    assert ref.counters()[first_gc] > 0
 
 
 zone_rows = st.lists(
