@@ -16,7 +16,9 @@ from devicemodels.jit import njit
 
 from devicemodels import ftl_kernel as K
 from devicemodels import ftl_state as S
-from devicemodels.base import GC_POLICIES, OP_DTYPES, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, Completion, DeviceModel
+from devicemodels.base import (
+    GC_POLICIES, OP_DTYPES, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, Completion, DeviceModel,
+)
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from devicemodels.params import FlashParams
 from devicemodels.summary import latency_by_op, wear_summary

@@ -19,6 +19,9 @@ Memory boundedness: the synth trace is also replayed on its first 5M and 20M row
 grow with the trace (only the oracle keeps one class per tier write, 2 bytes).
 
 Run: ``python scripts/bench_replay.py`` (about 15 minutes on 2 cores), ``--quick`` for a small check.
+``--compare OLD_TREE`` (a checkout of another commit) replays every configuration with the old and this
+tree's code in alternating fresh processes (``--runs`` each, same traces, same machine load) and prints
+both medians and their ratio; the memory section is skipped.
 The ``load`` column is the 1-minute load average around each configuration (other work on the machine);
 the stage times are per thread and overlap (production runs beside submission), so they do not add up.
 """
@@ -36,7 +39,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+TREE = Path(os.environ.get("KVBED_BENCH_TREE") or ROOT)  # whose code a child runs (--compare)
+sys.path.insert(0, str(TREE))
 
 MOONCAKE = (ROOT / "../shared/data/traces/mooncake/conversation_trace.jsonl").resolve()
 
@@ -138,10 +142,11 @@ def child(trace: str, device: str, hints: str, params: list[str]) -> None:
     }))
 
 
-def run_child(trace: Path, device: str, hints: str, params: list[str]) -> dict:
+def run_child(trace: Path, device: str, hints: str, params: list[str], tree: Path = ROOT) -> dict:
     cmd = [sys.executable, __file__, "--child", str(trace), device, hints, *params]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    env = dict(os.environ, PYTHONPATH=str(tree), KVBED_BENCH_TREE=str(tree))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"child failed: {' '.join(cmd)}\n{out.stderr}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -149,11 +154,44 @@ def run_child(trace: Path, device: str, hints: str, params: list[str]) -> dict:
     return res
 
 
+def compare(old: Path, traces: dict[str, Path], configs: list, runs: int) -> None:
+    """Old and new code on the same configurations, alternating run by run (the order swapped every pair),
+    so both see the same machine; events/s medians and new/old."""
+    trees = {"old": old, "new": ROOT}
+    print(f"warm-up of both trees (numba caches) ...  old = {old}", flush=True)
+    for tree in trees.values():
+        for dev, hints in (("fdp", "oracle"), ("zns", "none"), ("fdp", "predicted")):
+            run_child(traces["synth"], dev, hints, [], tree)
+    print(f"\n{'trace':10} {'device':6} {'hints':10} {'params':18} {'old Mev/s':>10} {'new Mev/s':>10} {'new/old':>8} "
+          f"{'old RSS':>8} {'new RSS':>8} {'load':>5}   runs old | new (Mev/s)", flush=True)
+    out = []
+    for tname, dev, hints, params in configs:
+        load0 = os.getloadavg()[0]
+        rs: dict[str, list[dict]] = {"old": [], "new": []}
+        for i in range(runs):
+            for side in (("old", "new") if i % 2 == 0 else ("new", "old")):
+                rs[side].append(run_child(traces[tname], dev, hints, params, trees[side]))
+        load = (load0 + os.getloadavg()[0]) / 2
+        ev = {k: [r["events_per_s"] / 1e6 for r in v] for k, v in rs.items()}
+        med = {k: statistics.median(v) for k, v in ev.items()}
+        rss = {k: statistics.median(r["peak_rss_bytes"] for r in v) / 2**20 for k, v in rs.items()}
+        wafs = {k: {r["waf"] for r in v} for k, v in rs.items()}
+        same = "" if wafs["old"] == wafs["new"] else f"  WAF DIFFERS: {wafs}"
+        print(f"{tname:10} {dev:6} {hints:10} {' '.join(params) or '-':18} {med['old']:10.2f} {med['new']:10.2f} "
+              f"{med['new'] / med['old']:8.3f} {rss['old']:8.0f} {rss['new']:8.0f} {load:5.1f}   "
+              f"{' '.join(f'{x:.2f}' for x in ev['old'])} | {' '.join(f'{x:.2f}' for x in ev['new'])}{same}",
+              flush=True)
+        out.append({"trace": tname, "device": dev, "hints": hints, "params": params, "runs": rs})
+    (ROOT / ".cache" / "bench" / "bench_replay_compare.json").write_text(json.dumps(out, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "bench")
     ap.add_argument("--runs", type=int, default=3, help="runs per configuration (medians are reported)")
     ap.add_argument("--quick", action="store_true", help="2M-event traces, one run each")
+    ap.add_argument("--compare", type=Path, default=None, metavar="OLD_TREE",
+                    help="another checkout: run old and this tree alternately, print both medians")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -186,6 +224,9 @@ def main() -> None:
     if "mooncake" in traces:
         configs += [("mooncake", "fdp", "none", []), ("mooncake", "fdp", "oracle", []),
                     ("mooncake", "fdp", "oracle", ["page_bytes=4MiB"])]
+    if a.compare:
+        compare(a.compare.resolve(), traces, configs, runs)
+        return
     print("warm-up (fills the numba cache) ...", flush=True)
     run_child(traces["synth"], "fdp", "oracle", [])
     run_child(traces["synth"], "zns", "none", [])

@@ -103,8 +103,8 @@ def test_compile_time_is_reported_apart(trace, tmp_path):
     import sys
 
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="200")
-    cmd = [sys.executable, "-c", "from testbed.cli import main; main()", "replay", str(trace), "--device", "cxl", "--no-plots",
-           "-o", str(tmp_path / "r")]
+    cmd = [sys.executable, "-c", "from testbed.cli import main; main()", "replay", str(trace), "--device", "cxl",
+           "--no-plots", "-o", str(tmp_path / "r")]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     rt = json.loads((tmp_path / "r" / "runtime.json").read_text())

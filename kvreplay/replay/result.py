@@ -97,7 +97,8 @@ def job_entry(rp: Any, rows_done: int) -> dict[str, Any]:
     job["host_bytes_written"] = host_pages * pb
     job["media_bytes_written"] = media_pages * pb
     gc = dev_stats.get("gc", {})
-    job["gc"] = {k: gc[k] for k in ("runs", "fg_runs", "bg_runs", "pages_moved", "bytes_moved", "fg_stall_ns") if k in gc}
+    job["gc"] = {k: gc[k] for k in ("runs", "fg_runs", "bg_runs", "pages_moved", "bytes_moved", "fg_stall_ns")
+                 if k in gc}
     job["gc_count"] = gc.get("runs", 0)
     job["gc_stall_ns"] = gc.get("fg_stall_ns", 0)
     job["erases"] = c.get("block_erases", 0)

@@ -151,7 +151,7 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
         if pages <= 0:
             raise KvbedError(f"--pages must be positive, got {pages}")
         groups = cls.param_groups(overrides)
-        owner = next(g for g in groups.values() if {"logical_bytes", "cxl_bytes"} & {f.name for f in dataclasses.fields(g)})
+        owner = next(g for g in groups.values() if hasattr(g, "logical_bytes") or hasattr(g, "cxl_bytes"))
         key = "logical_bytes" if hasattr(owner, "logical_bytes") else "cxl_bytes"
         overrides = with_options(overrides, {key: pages * owner.page_bytes})
     if output:
