@@ -21,6 +21,7 @@ _COMMANDS = {
     "device": ("testbed.cli.device_cmd:device", "Run synthetic workloads on the flash device models."),
     "replay": ("testbed.cli.replay_cmd:replay", "Replay a KV lifecycle trace on a device with a placement-hint policy."),
     "report": ("testbed.cli.replay_cmd:report", "Compare finished runs: table and plot."),
+    "study": ("testbed.cli.study_cmd:study", "Grids of replay runs to a table, plots and a report (local or Ray)."),
     "params": ("testbed.cli.params_cmd:params", "Every parameter: defaults, units, choices, meaning."),
     "up": ("testbed.cli.vm_cmd:up", "Start a QEMU VM with an emulated conv/FDP/ZNS NVMe or CXL device."),
     "down": ("testbed.cli.vm_cmd:down", "Stop VMs and clean up their overlays."),

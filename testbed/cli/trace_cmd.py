@@ -134,11 +134,7 @@ def _facts_table(facts: dict[str, Any], title: str = "source facts") -> Table:
     return t
 
 
-def _write_trace(reqs: Any, params: Any, out: Path, meta: Any, as_json: bool) -> None:
-    from kvreplay.tiers.sim import simulate_to_file
-
-    with _progress("tier simulation") as update:
-        res = simulate_to_file(reqs, params, out, meta, progress=update)
+def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
     summary = {
         "output": str(out),
         "events": res.events,
@@ -209,17 +205,17 @@ def import_cmd(fmt: str, src: Path, out: Path, params: tuple[str, ...], as_json:
       kvbed trace import mooncake conversation_trace.jsonl -o mc.parquet --ssd-bytes 1TiB
     """
     from kvreplay.importers import IMPORTERS
-    from kvreplay.schema import TraceMeta
     from kvreplay.tiers import TierSimParams
+    from kvreplay.tracegen import import_trace
 
     importer = IMPORTERS.get(fmt)()
     tier = build_tier_params(TierSimParams(), kwargs, list(params))
     if importer.level == "event":
         _import_events(importer, src, out, as_json)
         return
-    reqs = importer.read_requests(src)
-    meta = TraceMeta(source=reqs.source, source_facts=reqs.facts(), generator={"importer": fmt})
-    _write_trace(reqs, tier, out, meta, as_json)
+    with _progress("tier simulation") as update:
+        res, meta = import_trace(fmt, src, tier, out, progress=update)
+    _print_trace(res, meta, out, as_json)
 
 
 def _import_events(importer: Any, src: Path, out: Path, as_json: bool) -> None:
@@ -270,18 +266,17 @@ def synth_cmd(out: Path, seed: int | None, duration_s: float | None, sessions_pe
     CPU 32 GiB, SSD 128 GiB; the batch tenant stores quantized copies on SSD) so
     every tier evicts.
     """
-    from kvreplay.schema import TraceMeta
-    from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams, synth_facts, synthesize
+    from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams
     from kvreplay.tiers import TierSimParams
+    from kvreplay.tracegen import synth_trace
 
     options = {"seed": seed, "duration_s": duration_s, "sessions_per_s": sessions_per_s, "tenants": tenants}
     groups = split_overrides(with_options(params, options), {"synth": SynthParams, "tier": TierSimParams})
     sp = with_overrides(SynthParams(), groups["synth"]).validate()
     tier = build_tier_params(SYNTH_TIER_DEFAULTS, kwargs, groups["tier"])
-    reqs = synthesize(sp, tier)
-    meta = TraceMeta(source={"importer": "synth"}, source_facts=synth_facts(sp, reqs),
-                     generator={"synth": dataclasses.asdict(sp)})
-    _write_trace(reqs, tier, out, meta, as_json)
+    with _progress("tier simulation") as update:
+        res, meta = synth_trace(sp, tier, out, progress=update)
+    _print_trace(res, meta, out, as_json)
 
 
 

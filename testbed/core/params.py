@@ -162,6 +162,27 @@ def parse_value(field_name: str, typ: Any, text: str, unit: str | None = None) -
     raise KvbedError(f"{field_name}: cannot parse a value of type {typ!r}")
 
 
+def coerce_value(field_name: str, typ: Any, value: Any) -> Any:
+    """A typed value (from TOML, JSON or code) checked against the field's type: a bool only for a bool
+    field, a whole number for an int field, any number for a float field (as float), text for a text
+    field; None only where the field allows it."""
+    origin = typing.get_origin(typ)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None:
+            return None
+        typ = [a for a in typing.get_args(typ) if a is not type(None)][0]
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ is int and isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        return int(value)
+    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typ is str and isinstance(value, str):
+        return value
+    want = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}.get(typ, str(typ))
+    raise KvbedError(f"{field_name}: expected {want}, got {value!r}")
+
+
 def field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -201,8 +222,10 @@ def with_overrides(obj: D, pairs: Iterable[str] | dict[str, Any], *, what: str =
                 f"(known: {', '.join(hints)})"
             )
         fld = fields[key]
-        if isinstance(val, str):
+        if isinstance(val, str) and hints[key] is not str:
             val = parse_value(key, hints[key], val, fld.metadata.get("unit"))
+        else:
+            val = coerce_value(key, hints[key], val)
         check_choice(key, val, choices_of(fld))
         changes[key] = val
     return dataclasses.replace(obj, **changes) if changes else obj

@@ -1,0 +1,313 @@
+"""A study's report: report.md and a self-contained report.html (plots embedded), from the saved table,
+summary and run directories only, with no absolute path, date or timing in it: ``kvbed study report``
+on a copy of the directory writes the same bytes.
+
+Plots (``[study] plots``):
+
+- ``waf_by_hints``: end-to-end WAF by hint policy, per device and setting of the other axes, with 95% CI bars;
+- ``waf_vs_axis``: end-to-end WAF and object-load p99 against each numeric axis, a line per hint policy;
+- ``gc_stall_by_hints``: foreground GC stall by hint policy, like ``waf_by_hints``;
+- ``per_ruh_bytes``: host bytes per FDP reclaim unit handle, one point per hint policy.
+
+The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from testbed.core.atomicio import atomic_path
+from testbed.humanize import fmt_bytes, fmt_ns
+
+PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes")
+MAX_GROUPS = 12  # settings shown side by side in one bar plot
+
+
+def _fmt(metric: str, v: Any) -> str:
+    if v is None or v != v:
+        return "-"
+    if metric.endswith("_ns"):
+        return fmt_ns(v, sig3=True)
+    if metric.endswith("_bytes") or metric.endswith("bytes_moved") or metric.endswith("_bytes_written"):
+        return fmt_bytes(v, sig3=True)
+    if "waf" in metric:
+        return f"{v:.4f}"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.3g}"
+    return f"{int(v):,}"
+
+
+def _setting_cols(doc: dict[str, Any]) -> list[str]:
+    """Axes other than the device and hint policy: what a bar group stands for."""
+    return [a for a in doc["axes"] if a not in ("replay.device", "replay.hints")]
+
+
+def _label(row: Any, cols: list[str]) -> str:
+    return ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in cols) or "all"
+
+
+def _agg(df: Any, keys: list[str], metric: str) -> Any:
+    from testbed.study.table import t975
+
+    ok = df[df["status"] == "ok"]
+    g = ok.groupby(keys, sort=False, dropna=False)[metric]
+    out = g.agg(["mean", "std", "count"]).reset_index()
+    out["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s else 0.0
+                   for s, n in zip(out["std"], out["count"])]
+    return out
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _bars(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: float = 1.0) -> bytes | None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cols = _setting_cols(doc)
+    devices = list(dict.fromkeys(df["device"]))
+    hints = list(dict.fromkeys(df["hints"]))
+    a = _agg(df, ["device", *cols, "hints"], metric)
+    if a.empty or a["mean"].isna().all():
+        return None
+    fig, axes = plt.subplots(len(devices), 1, figsize=(10, 3.2 * len(devices)), squeeze=False)
+    for ax, dev in zip(axes[:, 0], devices):
+        d = a[a["device"] == dev]
+        groups = list(dict.fromkeys(_label(r, cols) for _, r in d.iterrows()))[:MAX_GROUPS]
+        width = 0.8 / max(1, len(hints))
+        x = np.arange(len(groups))
+        for k, h in enumerate(hints):
+            sel = d[d["hints"] == h]
+            vals = {_label(r, cols): (r["mean"] * scale, r["ci95"] * scale) for _, r in sel.iterrows()}
+            ys = [vals.get(g, (np.nan, 0))[0] for g in groups]
+            es = [vals.get(g, (np.nan, 0))[1] for g in groups]
+            ax.bar(x + (k - (len(hints) - 1) / 2) * width, ys, width, yerr=es, capsize=2, label=h)
+        ax.set_xticks(x, groups, rotation=20, ha="right", fontsize=8)
+        ax.set_title(dev, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=min(len(hints), 6))
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _numeric_axes(df: Any, doc: dict[str, Any]) -> list[str]:
+    import pandas as pd
+
+    out = []
+    for a in doc["axes"]:
+        vals = df[a].dropna()
+        if len(set(vals)) > 1 and pd.to_numeric(vals, errors="coerce").notna().all() and \
+                not all(isinstance(v, bool) for v in vals):
+            out.append(a)
+    return out
+
+
+def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    others = [c for c in _setting_cols(doc) if c != axis]
+    a_waf = _agg(df, ["device", *others, "hints", axis], "end_to_end_waf")
+    a_lat = _agg(df, ["device", *others, "hints", axis], "load_p99_ns")
+    if a_waf.empty:
+        return None
+    facets = list(dict.fromkeys((r["device"], _label(r, others)) for _, r in a_waf.iterrows()))[:6]
+    fig, axes = plt.subplots(2, len(facets), figsize=(4.2 * len(facets), 6.4), squeeze=False)
+    for j, (dev, lab) in enumerate(facets):
+        for i, (a, ylabel, scale) in enumerate(((a_waf, "end-to-end WAF", 1.0), (a_lat, "object load p99 (ms)", 1e-6))):
+            ax = axes[i, j]
+            sel = a[(a["device"] == dev).to_numpy() & np.array([_label(r, others) == lab for _, r in a.iterrows()])]
+            for h in dict.fromkeys(sel["hints"]):
+                s = sel[sel["hints"] == h].sort_values(axis)
+                ax.errorbar(s[axis].astype(float), s["mean"] * scale, yerr=s["ci95"] * scale, marker="o",
+                            ms=3, capsize=2, label=h)
+            ax.set_xlabel(axis.split(".")[-1])
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if i == 0:
+                ax.set_title(f"{dev}" + (f" ({lab})" if others else ""), fontsize=9)
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _per_ruh(study_dir: Path, df: Any) -> bytes | None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ok = df[(df["status"] == "ok") & (df["device"] == "fdp")]
+    if ok.empty:
+        return None
+    first = ok.drop_duplicates("hints")  # one point per policy: its first setting and seed
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    width = 0.8 / len(first)
+    for k, (_, r) in enumerate(first.iterrows()):
+        res = json.loads((study_dir / r["run_dir"] / "result.json").read_text())
+        per = res["jobs"][0].get("per_ruh") or []
+        ys = [x.get("host_bytes_written", 0) / 2**30 for x in per]
+        ax.bar(np.arange(len(ys)) + (k - (len(first) - 1) / 2) * width, ys, width, label=f"{r['hints']}")
+    ax.set_xlabel("reclaim unit handle (last: GC destination, when shared)")
+    ax.set_ylabel("host bytes written (GiB)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("bytes per RUH, one point per hint policy (its first setting and seed)", fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def findings(df: Any, doc: dict[str, Any]) -> list[str]:
+    """Sentences: per device and policy, the change of end-to-end WAF against ``none`` over the settings."""
+    out: list[str] = []
+    cols = _setting_cols(doc)
+    a = _agg(df, ["device", *cols, "hints"], "end_to_end_waf")
+    if a.empty:
+        return ["No point has finished yet."]
+    for dev in dict.fromkeys(a["device"]):
+        d = a[a["device"] == dev]
+        if "none" not in set(d["hints"]):
+            best = d.sort_values("mean").iloc[0]
+            out.append(f"On {dev}, the lowest end-to-end WAF is {best['mean']:.4f} with {best['hints']} hints "
+                       f"({_label(best, cols)}); the grid has no 'none' point to compare with.")
+            continue
+        base = {_label(r, cols): r for _, r in d[d["hints"] == "none"].iterrows()}
+        ranked = []
+        for h in dict.fromkeys(d["hints"]):
+            if h == "none":
+                continue
+            changes = []
+            for _, r in d[d["hints"] == h].iterrows():
+                b = base.get(_label(r, cols))
+                if b is not None and b["mean"]:
+                    sig = abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"]
+                    changes.append(((r["mean"] - b["mean"]) / b["mean"], _label(r, cols), b["mean"], r["mean"], sig))
+            if changes:
+                mean = sum(c[0] for c in changes) / len(changes)
+                ranked.append((mean, h, changes))
+        if not ranked:
+            continue
+        ranked.sort()
+        if not any(c[4] for _, _, ch in ranked for c in ch):
+            out.append(f"On {dev}, no hint policy changes end-to-end WAF beyond the 95% intervals against none "
+                       f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings).")
+            continue
+        lines = []
+        for mean, h, ch in ranked:
+            lo, hi = min(ch), max(ch)
+            sig = sum(c[4] for c in ch)
+            where = f"; most at {lo[1]} ({100 * lo[0]:+.1f}%: {lo[2]:.4f} -> {lo[3]:.4f}), least at {hi[1]} " \
+                    f"({100 * hi[0]:+.1f}%)" if len(ch) > 1 else f" ({ch[0][2]:.4f} -> {ch[0][3]:.4f})"
+            lines.append(f"{h} {100 * mean:+.1f}% on average over {len(ch)} setting(s){where}; "
+                         f"{sig} of {len(ch)} beyond the 95% intervals")
+        best = ranked[0]
+        out.append(f"On {dev}, {best[1]} hints change end-to-end WAF the most against none "
+                   f"({100 * best[0]:+.1f}% on average). " + "; ".join(lines[:1] + lines[1:]) + ".")
+    return out
+
+
+def _md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
+    head = cols + ["n"] + metrics
+    lines = ["| " + " | ".join(c.split(".")[-1] for c in head) + " |", "|" + "---|" * len(head)]
+    for _, r in df.iterrows():
+        cells = [str(r[c]) for c in cols] + [str(int(r["n"]))]
+        for m in metrics:
+            mean, ci = r.get(f"{m}_mean"), r.get(f"{m}_ci95")
+            cells.append(_fmt(m, mean) + (f" ± {_fmt(m, ci)}" if ci is not None and ci == ci else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(study_dir: Path) -> list[Path]:
+    """report.md, report.html and plots/*.png of a study directory (from its saved files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from testbed.study import table
+
+    doc = json.loads((study_dir / "study.json").read_text())
+    df = table.load(study_dir)
+    try:
+        summary = pd.read_csv(study_dir / "summary.csv")
+    except pd.errors.EmptyDataError:  # nothing has finished
+        summary = pd.DataFrame()
+    plots: dict[str, bytes] = {}
+    cols = _setting_cols(doc)
+    for name in doc["plots"]:
+        if name == "waf_by_hints":
+            png = _bars(df, doc, "end_to_end_waf", "end-to-end WAF")
+            if png:
+                plots["waf_by_hints.png"] = png
+        elif name == "gc_stall_by_hints":
+            png = _bars(df, doc, "gc_stall_ns", "foreground GC stall (s)", 1e-9)
+            if png:
+                plots["gc_stall_by_hints.png"] = png
+        elif name == "waf_vs_axis":
+            for ax in _numeric_axes(df, doc):
+                png = _lines(df, doc, ax)
+                if png:
+                    plots[f"waf_vs_{ax.split('.')[-1]}.png"] = png
+        elif name == "per_ruh_bytes":
+            png = _per_ruh(study_dir, df)
+            if png:
+                plots["per_ruh_bytes.png"] = png
+    (study_dir / "plots").mkdir(exist_ok=True)
+    for name, png in plots.items():
+        with atomic_path(study_dir / "plots" / name) as tmp:
+            tmp.write_bytes(png)
+    counts = df["status"].value_counts().to_dict()
+    keys = [c for c in doc["axes"] if c in summary.columns] or [c for c in ("device", "hints") if c in summary.columns]
+    metrics = doc["metrics"]
+    found = findings(df, doc)
+    failed = df[df["status"] == "failed"]
+    md = [f"# Study: {doc['name']}", ""]
+    if doc["description"]:
+        md += [doc["description"], ""]
+    overview = (f"{len(df)} points ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); "
+                f"axes: {', '.join(doc['axes']) or 'none'}; seeds: {', '.join(map(str, doc['seeds']))}; "
+                f"traces: {', '.join(t['label'] for t in doc['traces'].values())}.")
+    md += [overview, "", "## Findings", ""]
+    md += [f"- {s}" for s in found] + ["", "## Summary (mean ± 95% CI over seeds)", ""]
+    md += [_md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
+    if not failed.empty:
+        md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, list(doc['axes']))}, seed {r['seed']}): "
+                                           f"{r['error']}" for _, r in failed.iterrows()] + [""]
+    md += ["## Plots", ""] + [f"![{n}](plots/{n})" for n in plots] + [""]
+    md += ["Every point is a run directory under `runs/` (rerun one with `kvbed replay --config "
+           "runs/<hash>/config.json`); `table.csv` has one row per point, `summary.csv` the means.", ""]
+    text = "\n".join(md)
+    with atomic_path(study_dir / "report.md") as tmp:
+        tmp.write_text(text)
+    body = [f"<h1>Study: {html.escape(doc['name'])}</h1>"]
+    if doc["description"]:
+        body.append(f"<p>{html.escape(doc['description'])}</p>")
+    body.append(f"<p>{html.escape(overview)}</p><h2>Findings</h2><ul>")
+    body += [f"<li>{html.escape(s)}</li>" for s in found] + ["</ul><h2>Summary (mean ± 95% CI over seeds)</h2>"]
+    if not summary.empty:
+        body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
+    if not failed.empty:
+        body.append("<h2>Failed points</h2><ul>" + "".join(
+            f"<li><code>{html.escape(r['run_dir'])}</code>: {html.escape(str(r['error']))}</li>"
+            for _, r in failed.iterrows()) + "</ul>")
+    body.append("<h2>Plots</h2>")
+    for n, png in plots.items():
+        body.append(f'<p><img alt="{n}" src="data:image/png;base64,{base64.b64encode(png).decode()}"></p>')
+    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>" + html.escape(doc["name"]) +
+            "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:"
+            "collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}</style>"
+            "</head><body>" + "\n".join(body) + "</body></html>\n")
+    with atomic_path(study_dir / "report.html") as tmp:
+        tmp.write_text(page)
+    return [study_dir / "report.md", study_dir / "report.html", *(study_dir / "plots" / n for n in plots)]

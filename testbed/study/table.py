@@ -1,0 +1,159 @@
+"""A study's table: one row per point (axis values, seed, run directory, status, metrics), and the summary
+across seeds (mean and 95% confidence interval). Made only from saved files: study.json, the run
+directories' result.json and the traces' metadata."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from testbed.study.spec import UNSET
+
+#: metric -> (how to read it from result.json's job, what it is)
+METRICS: dict[str, str] = {
+    "waf": "device WAF (media / host bytes written)",
+    "host_waf": "host WAF (host / user bytes; ZNS host GC)",
+    "end_to_end_waf": "end-to-end WAF (media / user bytes)",
+    "gc_bytes_moved": "bytes the device's GC relocated",
+    "host_gc_bytes": "bytes the host's GC relocated (ZNS)",
+    "gc_runs": "device GC runs",
+    "gc_stall_ns": "foreground GC stall, total",
+    "erases": "block erases",
+    "zone_resets": "zone resets",
+    "user_bytes_written": "bytes the KV store wrote",
+    "read_p50_ns": "device read latency p50", "read_p99_ns": "device read latency p99",
+    "read_p999_ns": "device read latency p99.9",
+    "write_p50_ns": "device write latency p50", "write_p99_ns": "device write latency p99",
+    "write_p999_ns": "device write latency p99.9",
+    "load_p50_ns": "object load latency p50", "load_p99_ns": "object load latency p99",
+    "load_p999_ns": "object load latency p99.9",
+}
+DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
+                   "write_p99_ns")
+_PCT = {"p50": "50.000000", "p99": "99.000000", "p999": "99.900000"}
+_ENTRY = {"read": "read", "write": "write", "load": "object_read"}
+# two-sided 95% Student-t critical values by degrees of freedom (1..30); 1.96 beyond
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
+    """Every metric of one run's job entry (None where the device has no such figure)."""
+    gc = job.get("gc") or {}
+    out: dict[str, Any] = {
+        "waf": job.get("waf"), "host_waf": job.get("host_waf"), "end_to_end_waf": job.get("end_to_end_waf"),
+        "gc_bytes_moved": gc.get("bytes_moved"), "host_gc_bytes": (job.get("host_gc") or {}).get("relocated_bytes"),
+        "gc_runs": job.get("gc_count"), "gc_stall_ns": job.get("gc_stall_ns"), "erases": job.get("erases"),
+        "zone_resets": job.get("zone_resets"), "user_bytes_written": job.get("user_bytes_written"),
+    }
+    for short, entry in _ENTRY.items():
+        pct = ((job.get(entry) or {}).get("lat_ns") or {}).get("percentile") or {}
+        n = ((job.get(entry) or {}).get("lat_ns") or {}).get("N", 0)
+        for tag, key in _PCT.items():
+            out[f"{short}_{tag}_ns"] = pct.get(key) if n else None
+    return out
+
+
+def t975(n: int) -> float:
+    """The 95% two-sided Student-t factor for a mean of ``n`` samples (n >= 2)."""
+    return _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+
+
+def _hit_ratios(trace_file: Path) -> dict[str, float]:
+    """Per-tier hit ratios the tier simulator recorded in the trace (empty for a trace without them)."""
+    from kvreplay import schema as S
+
+    try:
+        meta = S.TraceReader(trace_file).meta
+    except Exception:  # a trace given by path that has no simulator stats, or is gone
+        return {}
+    stats = meta.tier_stats or {}
+    return {f"hit_ratio_{t}": v.get("hit_ratio") for t, v in stats.items()
+            if isinstance(v, dict) and v.get("hit_ratio") is not None}
+
+
+def build(study_dir: Path) -> Any:
+    """The table (a pandas DataFrame) of a study directory, from its saved files."""
+    import pandas as pd
+
+    doc = json.loads((study_dir / "study.json").read_text())
+    axes = list(doc["axes"])
+    hits: dict[str, dict[str, float]] = {}
+    rows = []
+    for pt in doc["points"]:
+        row: dict[str, Any] = {a: None if pt["axes"].get(a) == UNSET else pt["axes"].get(a) for a in axes}
+        row.update(seed=pt["seed"], trace=doc["traces"][pt["trace_hash"]]["label"], device=pt["device"],
+                   hints=pt["hints"], run_dir=f"runs/{pt['run_hash']}")
+        res_file = study_dir / "runs" / pt["run_hash"] / "result.json"
+        err_file = study_dir / "runs" / f"{pt['run_hash']}.error.json"
+        status, error, m = "missing", None, {}
+        if res_file.exists():
+            res = json.loads(res_file.read_text())
+            status = "incomplete" if res.get("incomplete") else "ok"
+            error = res.get("error")
+            m = metrics_of(res["jobs"][0])
+        elif err_file.exists():
+            status, error = "failed", json.loads(err_file.read_text())["error"]
+        row.update(status=status, error=error)
+        row.update({k: m.get(k) for k in METRICS})
+        th = pt["trace_hash"]
+        if th not in hits:
+            hits[th] = _hit_ratios(study_dir / doc["traces"][th]["file"])
+        row.update(hits[th])
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for a in axes:  # one type per column (Parquet): numbers stay numbers, a mix of kinds becomes text
+        kinds = {"number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+                 for v in df[a] if v is not None and v == v}
+        if len(kinds) > 1:
+            df[a] = [None if v is None or v != v else str(v) for v in df[a]]
+    for k in METRICS:
+        df[k] = pd.to_numeric(df[k], errors="coerce")
+    return df
+
+
+def summarize(df: Any, axes: list[str], metrics: list[str]) -> Any:
+    """Mean, 95% CI half-width and count across seeds, per setting of the axes (points that ran)."""
+    import pandas as pd
+
+    keys = [a for a in axes if a in df.columns] or ["device", "hints"]
+    ok = df[df["status"] == "ok"]
+    rows = []
+    for vals, g in ok.groupby(keys, sort=False, dropna=False):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        row: dict[str, Any] = dict(zip(keys, vals))
+        row["n"] = len(g)
+        for m in metrics:
+            x = g[m].dropna().astype(float)
+            n = len(x)
+            row[f"{m}_mean"] = float(x.mean()) if n else None
+            row[f"{m}_ci95"] = float(t975(n) * x.std(ddof=1) / math.sqrt(n)) if n >= 2 else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write(study_dir: Path, df: Any, summary: Any) -> None:
+    """table.parquet, table.csv and summary.csv, each written whole or not at all."""
+    from testbed.core.atomicio import atomic_path
+
+    with atomic_path(study_dir / "table.parquet") as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(study_dir / "table.csv") as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_path(study_dir / "summary.csv") as tmp:
+        summary.to_csv(tmp, index=False)
+
+
+def load(study_dir: str | Path) -> Any:
+    """A study's table as a pandas DataFrame (``kvbed.study.load`` in notebooks)."""
+    from testbed.core.errors import KvbedError
+
+    p = Path(study_dir)
+    if not (p / "table.parquet").exists():
+        raise KvbedError("no table.parquet: not a study directory, or the study has not run", where=str(p))
+    import pandas as pd
+
+    return pd.read_parquet(p / "table.parquet")
