@@ -8,7 +8,8 @@ event buffer is nearly full, the driver streams the events to the trace writer, 
 Helpers take the tuples (``cfg``, ``st``) like :mod:`devicemodels.ftl_kernel`; the queue primitives
 take the two arrays they work on. Kernels are compiled without numba's reference counting
 (:func:`devicemodels.jit.kernel`): they never allocate, and reading an array out of a tuple then
-costs nothing.
+costs nothing. With it (``njit``) every such read is counted: simulate() on the Mooncake
+conversation trace took 2.18 s instead of 0.74 s (the kernel of 35 positional arguments: 1.37 s).
 """
 
 from __future__ import annotations

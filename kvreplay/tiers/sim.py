@@ -214,7 +214,7 @@ def simulate(
         tier_stats=tier_report(params, st.CT, st.G, st.Q),
         counters=counters,
         elapsed_s=time.perf_counter() - t_start,
-        state={"Q": st.Q, "S": st.S, "OA": st.OA[: objects + 1], "cap": cfg.cap},
+        state={"Q": st.Q, "S": st.S, "OA": st.OA[: objects + 1], "inst": st.inst, "cap": cfg.cap},
     )
 
 
