@@ -6,7 +6,7 @@ meaning, and numba caches kernels that take them (jitclasses are not cached). Th
 the Python driver (:mod:`kvreplay.tiers.sim`), so the kernel is resumable: it stops when its event
 buffer is nearly full, the driver streams the events out and calls it again with the same tuples.
 
-Sizes: T = ``NT`` tiers (gpu, cpu, cxl, ssd: schema tier codes 0..3), n requests, C chunk references,
+Sizes: ``NT`` tiers (gpu, cpu, cxl, ssd: schema tier codes 0..3), n requests, C chunk references,
 K distinct chunk keys (dense ids 0..K-1), O object ids, E event-buffer slots, N tenants, Sc scopes,
 I scope invalidations.
 """
