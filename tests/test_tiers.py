@@ -13,6 +13,7 @@ from kvreplay.requests import RequestTrace
 from kvreplay.schema import KIND, OP, OPS, TIER, TIERS, EventBatch, TraceMeta, TraceReader
 from kvreplay.tiers import TierSimParams, simulate
 from kvreplay.tiers import kernel as K
+from kvreplay.tiers import state as TS
 from kvreplay.tiers.features import PrefixDepth, session_turns
 from kvreplay.tiers.sim import simulate_to_file
 from kvreplay.validate import validate_trace
@@ -477,16 +478,30 @@ def test_bad_parameters():
         run(reqs, small_params(ssd_kind_tenants="oops"))
 
 
-def test_kernel_state_is_consistent_after_a_run():
+@pytest.mark.parametrize("kw", [
+    dict(gpu_policy="s3fifo", ssd_policy="s3fifo", cxl_bytes=5 * OBJ),
+    dict(write_policy="spill", ssd_kind="quantized", gpu_policy="s3fifo", cxl_bytes=5 * OBJ),
+    dict(ssd_kind="compressed", ttl_s=0.3),
+])
+def test_kernel_state_is_consistent_after_a_run(kw):
     reqs = random_trace(9, n=300)
-    _, res = run(reqs, small_params(gpu_policy="s3fifo", ssd_policy="s3fifo", cxl_bytes=5 * OBJ))
-    S, Q = res.state["S"], res.state["Q"]
+    _, res = run(reqs, small_params(**kw))
+    S, Q, OA, inst = res.state["S"], res.state["Q"], res.state["OA"], res.state["inst"]
+    held = np.zeros(len(OA), np.int64)
     for t in range(K.NT):
         for q in range(3):
             m = S[t, :, K.S_W] == q + 1
             assert Q[t, q, K.QN] == m.sum()
             assert Q[t, q, K.QB] == S[t, m, K.S_CB].sum()
         assert Q[t, K.QS, K.QB] + Q[t, K.QM, K.QB] <= res.state["cap"][t]
+        # a present entry holds an object, a ghost or absent one none
+        present = (S[t, :, K.S_W] == TS.W_SMALL) | (S[t, :, K.S_W] == TS.W_MAIN)
+        assert ((S[t, :, TS.S_OI] != 0) == present).all()
+        np.add.at(held, S[t, present, TS.S_OI], 1)
+    # an object's copy count is the number of tiers holding it; a key's live exact object has a copy
+    assert (held == OA[:, TS.OA_COPIES]).all()
+    live = inst[inst != 0]
+    assert (OA[live, TS.OA_COPIES] > 0).all() and (OA[live, TS.OA_KIND] == 0).all()
 
 
 def test_ttl_retention_deletes_every_copy():

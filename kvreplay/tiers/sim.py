@@ -55,9 +55,9 @@ import numpy as np
 
 from kvreplay import schema
 from kvreplay.requests import RequestTrace
-from kvreplay.schema import KIND, EventBatch
+from kvreplay.schema import EventBatch
 from kvreplay.tiers import kernel as K
-from kvreplay.tiers.chunking import chunk_requests
+from kvreplay.tiers import state as TS
 from kvreplay.tiers.geometry import DEFAULT_MODEL, DTYPE_BYTES, MODELS, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
 from testbed.core.errors import KvbedError
@@ -168,14 +168,6 @@ class TierSimResult:
     state: dict[str, np.ndarray] | None = None  # final kernel state (tests check its invariants)
 
 
-def _policy_matrix(p: TierSimParams) -> np.ndarray:
-    P = np.zeros((K.NT, 5), np.float64)
-    for i, t in enumerate(SIM_TIERS):
-        pol = EVICTION_POLICIES.get(p.policy(t))
-        P[i] = (pol.small_ratio, pol.ghost_ratio, pol.promote_freq, pol.max_freq, 1.0 if pol.touch_to_head else 0.0)
-    return P
-
-
 def simulate(
     reqs: RequestTrace,
     params: TierSimParams,
@@ -187,120 +179,52 @@ def simulate(
     """Run the tier simulation, handing sorted event batches to ``sink`` as they fill."""
     t_start = time.perf_counter()
     params.validate()
-    bpt = params.bytes_per_token
-    T = params.tokens_per_object
-    chunk_off, chunk_key, chunk_ntok, key_ntok, key_scope = chunk_requests(
-        reqs.block_offsets, reqs.block_ids, reqs.input_tokens, reqs.scope, reqs.block_tokens, T
-    )
-    nkeys = len(key_ntok)
-    nchunks = len(chunk_key)
-    max_chunks = int(np.diff(chunk_off).max()) if reqs.n else 0
-
-    # keys of each scope, for invalidations
-    order = np.argsort(key_scope, kind="stable")
-    scope_keys = order.astype(np.int64)
-    scope_off = np.zeros(len(reqs.scopes) + 1, np.int64)
-    np.cumsum(np.bincount(key_scope, minlength=len(reqs.scopes)), out=scope_off[1:])
-
-    cap = np.array([params.capacity(t) for t in SIM_TIERS], np.int64)
-    P = _policy_matrix(params)
-    default_kind, per_tenant = params.tenant_kinds()
-    tenant_kind = np.array([KIND[per_tenant.get(t, default_kind)] for t in reqs.tenants], np.int64)
-    kind_ratio = np.ones(len(schema.KINDS), np.float64)
-    kind_ratio[KIND["quantized"]] = params.quantized_ratio
-    kind_ratio[KIND["compressed"]] = params.compressed_ratio
-    default_ttl, per_ttl = params.tenant_ttls()
-    ttl_ns = np.array([int(per_ttl.get(t, default_ttl) * 1e9) for t in reqs.tenants], np.int64)
-    read_ns_per_byte = np.zeros(K.NT, np.float64)
-    read_ns_per_byte[1] = 1e9 / params.cpu_read_bytes_per_s
-    read_ns_per_byte[2] = 1e9 / params.cxl_read_bytes_per_s
-    read_ns_per_byte[3] = 1e9 / params.ssd_read_bytes_per_s
-
-    Q = np.zeros((K.NT, 3, 4), np.int64)
-    Q[:, :, K.QH] = -1
-    Q[:, :, K.QT] = -1
-    S = np.zeros((K.NT, max(nkeys, 1), K.S_WIDTH), np.int64)
-    S[:, :, K.S_NEXT] = -1
-    S[:, :, K.S_PREV] = -1
-    S[K.GPU, :, K.S_PIN] = -1
-    # object ids: at most one exact object per chunk reference, plus one derived copy per SSD write
-    # and one rebuilt object per load (each bounded by the references)
-    ocap = 3 * nchunks + 16
-    OA = np.zeros((ocap, K.OA_WIDTH), np.int64)
-    sc = np.zeros(K.SC_WIDTH, np.int64)
-    sc[K.SC_NEXT_OBJ] = 1
-    sc[K.SC_CLOCK] = np.iinfo(np.int64).min // 2
-    ex = np.zeros((nchunks + 1 if ttl_ns.any() else 1, 3), np.int64)  # (deadline, key, next) per access
-    ex_head = np.full(len(reqs.tenants), -1, np.int64)
-    ex_tail = np.full(len(reqs.tenants), -1, np.int64)
-    CT = np.zeros((K.NT, K.CT_WIDTH), np.int64)
-    G = np.zeros(K.G_WIDTH, np.int64)
-    # Flush when the next request could bring the buffer past ``buffer_events`` (typical events per
-    # chunk: margin). Beyond that the buffer keeps slack for the rare request whose inserts evict
-    # many small objects (partial chunks) in cascade; running out of it is reported, never silent.
-    margin = 16 + 8 * K.NT
-    soft = max(buffer_events, (max_chunks + 2) * margin)
-    min_tok = int(chunk_ntok.min()) if nchunks else T
-    worst = 16 + 8 * K.NT * (-(-T // max(min_tok, 1)) + 1)
-    slack = min(max((max_chunks + 2) * worst, 1 << 16), 1 << 22)
-    sc[K.SC_SOFT] = soft
-    sc[K.SC_CAP] = soft + slack
-    EV = np.empty((K.EV_ROWS, soft + slack), np.int64)
-    FR = np.zeros((4, K.NT + 1), np.int64)  # _make_room's frames: tier, key, victim, bytes needed
-
+    rq, cfg, st = TS.build(reqs, params, buffer_events)
+    sc = st.sc
     total = 0
     while True:
-        done = K.run_kernel(
-            reqs.arrival_ns, reqs.output_tokens, reqs.session_id, reqs.tenant.astype(np.int64),
-            reqs.scope.astype(np.int64), chunk_off, chunk_key, chunk_ntok.astype(np.int64),
-            scope_keys, scope_off,
-            reqs.inv_ts_ns, reqs.inv_scope.astype(np.int64),
-            cap, P, K.WRITE_THROUGH if params.write_policy == "write-through" else K.SPILL,
-            bool(params.promote_on_load), np.int64(bpt), 1e9 / params.prefill_tokens_per_s,
-            1e9 / params.decode_tokens_per_s, read_ns_per_byte, tenant_kind, kind_ratio, ttl_ns,
-            Q, S, OA, sc, CT, G, EV, ex, ex_head, ex_tail,
-            FR, np.int64(margin),
-        )
-        if sc[K.SC_OVERFLOW]:
-            raise KvbedError(f"tier simulator: request {int(sc[K.SC_NEXT_REQ])} emitted more than "
-                             f"{int(sc[K.SC_CAP])} events at once; rerun with a larger tokens_per_object")
-        n = int(sc[K.SC_POS])
+        done = K.run_kernel(rq, cfg, st)
+        if sc[TS.SC_OVERFLOW]:
+            raise KvbedError(f"tier simulator: request {int(sc[TS.SC_NEXT_REQ])} emitted more than "
+                             f"{int(sc[TS.SC_CAP])} events at once; rerun with a larger tokens_per_object")
+        n = int(sc[TS.SC_POS])
         if n:
-            sink(_to_batch(EV, n))
+            sink(_to_batch(st.EV, n))
             total += n
-            sc[K.SC_POS] = 0
+            sc[TS.SC_POS] = 0
         if progress is not None:
-            progress(int(sc[K.SC_NEXT_REQ]), reqs.n)
+            progress(int(sc[TS.SC_NEXT_REQ]), reqs.n)
         if done:
             break
 
-    objects = int(sc[K.SC_NEXT_OBJ]) - 1
-    counters = {name: int(G[i]) for i, name in enumerate(K.G_NAMES)}
-    counters.update(chunk_references=nchunks, distinct_chunks=nkeys, objects=objects, events=total)
+    objects = int(sc[TS.SC_NEXT_OBJ]) - 1
+    counters = {name: int(st.G[i]) for i, name in enumerate(TS.G_NAMES)}
+    counters.update(chunk_references=len(rq.chunk_key), distinct_chunks=len(rq.scope_keys), objects=objects,
+                    events=total)
     return TierSimResult(
         events=total,
         objects=objects,
-        tier_stats=tier_report(params, CT, G, Q),
+        tier_stats=tier_report(params, st.CT, st.G, st.Q),
         counters=counters,
         elapsed_s=time.perf_counter() - t_start,
-        state={"Q": Q, "S": S, "OA": OA[: objects + 1], "cap": cap},
+        state={"Q": st.Q, "S": st.S, "OA": st.OA[: objects + 1], "inst": st.inst, "cap": cfg.cap},
     )
 
 
 def _to_batch(EV: np.ndarray, n: int) -> EventBatch:
     cols = {
-        "ts_ns": EV[K.EV_TS, :n],
-        "op": EV[K.EV_OP, :n],
-        "obj_id": EV[K.EV_OBJ, :n],
-        "parent_id": EV[K.EV_PARENT, :n],
-        "tier": EV[K.EV_TIER, :n],
-        "nbytes": EV[K.EV_NBYTES, :n],
-        "ntokens": EV[K.EV_NTOK, :n],
-        "tenant": EV[K.EV_TENANT, :n],
-        "scope": EV[K.EV_SCOPE, :n],
-        "kind": EV[K.EV_KIND, :n],
-        "request_id": EV[K.EV_REQ, :n],
-        "session_id": EV[K.EV_SESS, :n],
+        "ts_ns": EV[TS.EV_TS, :n],
+        "op": EV[TS.EV_OP, :n],
+        "obj_id": EV[TS.EV_OBJ, :n],
+        "parent_id": EV[TS.EV_PARENT, :n],
+        "tier": EV[TS.EV_TIER, :n],
+        "nbytes": EV[TS.EV_NBYTES, :n],
+        "ntokens": EV[TS.EV_NTOK, :n],
+        "tenant": EV[TS.EV_TENANT, :n],
+        "scope": EV[TS.EV_SCOPE, :n],
+        "kind": EV[TS.EV_KIND, :n],
+        "request_id": EV[TS.EV_REQ, :n],
+        "session_id": EV[TS.EV_SESS, :n],
     }
     return EventBatch({name: cols[name].astype(dt, copy=True) for name, (_, dt) in schema.COLUMNS.items()})
 
@@ -312,23 +236,23 @@ def tier_report(params: TierSimParams, CT: np.ndarray, G: np.ndarray, Q: np.ndar
         cap = params.capacity(t)
         if cap <= 0:
             continue
-        row = {name: int(CT[i, j]) for j, name in enumerate(K.CT_NAMES)}
+        row = {name: int(CT[i, j]) for j, name in enumerate(TS.CT_NAMES)}
         row["capacity_bytes"] = cap
         row["policy"] = params.policy(t)
         row["hit_ratio"] = row["hits"] / row["lookups"] if row["lookups"] else 0.0
         row["bytes_in"] = row["persist_bytes"] + row["computed_bytes"]
         row["bytes_out"] = row["load_bytes"]
-        row["end_bytes"] = int(Q[i, K.QS, K.QB] + Q[i, K.QM, K.QB])
+        row["end_bytes"] = int(Q[i, TS.QS, TS.QB] + Q[i, TS.QM, TS.QB])
         out[t] = row
-    chunks = int(G[K.G_CHUNKS])
+    chunks = int(G[TS.G_CHUNKS])
     out["all"] = {
-        "chunk_hit_ratio": int(G[K.G_HIT_CHUNKS]) / chunks if chunks else 0.0,
-        "token_hit_ratio": int(G[K.G_HIT_TOKENS]) / max(1, int(G[K.G_HIT_TOKENS] + G[K.G_COMPUTED_TOKENS])),
-        "computed_tokens": int(G[K.G_COMPUTED_TOKENS]),
-        "hit_tokens": int(G[K.G_HIT_TOKENS]),
-        "mean_queue_ns": int(G[K.G_QUEUE_NS]) / max(1, int(G[K.G_REQUESTS])),
-        "max_queue_ns": int(G[K.G_QUEUE_NS_MAX]),
-        "prefill_busy_ns": int(G[K.G_BUSY_NS]),
+        "chunk_hit_ratio": int(G[TS.G_HIT_CHUNKS]) / chunks if chunks else 0.0,
+        "token_hit_ratio": int(G[TS.G_HIT_TOKENS]) / max(1, int(G[TS.G_HIT_TOKENS] + G[TS.G_COMPUTED_TOKENS])),
+        "computed_tokens": int(G[TS.G_COMPUTED_TOKENS]),
+        "hit_tokens": int(G[TS.G_HIT_TOKENS]),
+        "mean_queue_ns": int(G[TS.G_QUEUE_NS]) / max(1, int(G[TS.G_REQUESTS])),
+        "max_queue_ns": int(G[TS.G_QUEUE_NS_MAX]),
+        "prefill_busy_ns": int(G[TS.G_BUSY_NS]),
     }
     return out
 
