@@ -6,7 +6,9 @@ KVBED  := $(VENV)/bin/kvbed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 DEMO_DIR ?= results/demo
 
-.PHONY: demo test test-fast host-setup venv bench clean
+STUDIES ?= kv-hints-fdp what-decides-death how-many-ruhs fdp-vs-zns
+
+.PHONY: demo test test-fast host-setup venv bench studies clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +36,11 @@ test: host-setup venv
 # Everything but the VM suite (no root, no QEMU needed).
 test-fast: venv
 	$(PY) -m pytest -q -m "not vm"
+
+# The example studies (studies/*.toml, ~10 minutes each on 2 cores), then the README's findings from them.
+studies: venv
+	for s in $(STUDIES); do $(KVBED) study run studies/$$s.toml -o results/studies/$$s -q || exit 1; done
+	$(PY) scripts/studies_readme.py $(addprefix results/studies/,$(STUDIES))
 
 bench: venv
 	for b in scripts/bench_*.py; do $(PY) $$b || exit 1; done

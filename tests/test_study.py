@@ -205,3 +205,36 @@ def test_an_interrupted_study_reruns_only_the_missing_points(tmp_path):
     assert f"{8 - len(finished)} ran, {len(finished)} already done" in res.output
     assert {q: m for q, m in ((d, (out / "runs" / d / "result.json").stat().st_mtime_ns) for d in finished)} == finished
     assert len(_table(out)) == 8 and set(_table(out)["status"]) == {"ok"}
+
+
+@pytest.mark.slow
+def test_ray_workers_without_the_drivers_files_get_the_trace_shipped(reduced, tmp_path):
+    """A worker that cannot see the driver's trace file gets its bytes from the object store (kept in its
+    own cache by hash), and the run it returns names the driver's path."""
+    pytest.importorskip("ray")
+    from kvreplay.replay.config import trace_fingerprint
+    from testbed.study.run import RayExecutor, Task
+    from testbed.study.spec import load
+
+    st = load(STUDIES / "reduced" / "kv-hints-fdp.toml")
+    pt = st.points[0]
+    th = pt.trace.hash()
+    real = reduced / "traces" / f"{th}.parquet"
+    elsewhere = tmp_path / "driver-only" / f"{th}.parquet"  # a path no worker has
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path / "worker-cache")  # the local Ray's workers inherit it
+    try:
+        ex = RayExecutor(1, None)
+        try:
+            ref = ex.ship(th, real)
+            task = Task("point", "x", pt.trace, str(elsewhere), trace_fingerprint(real), pt)
+            (res,) = list(ex.map([task], {th: ref}))
+        finally:
+            ex.close()
+    finally:
+        del os.environ["XDG_CACHE_HOME"]
+    assert res["ok"], res.get("error")
+    assert res["parts"]["config"]["trace"]["path"] == str(elsewhere)
+    cached = tmp_path / "worker-cache" / "kvbed" / "study-traces" / f"{th}.parquet"
+    assert cached.read_bytes() == real.read_bytes()
+    done = json.loads((reduced / "runs" / pt.hash(th) / "result.json").read_text())["jobs"][0]
+    assert res["parts"]["result"]["jobs"][0] == done

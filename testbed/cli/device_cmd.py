@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import typing
 
 import click
 
@@ -46,14 +45,16 @@ def list_cmd() -> None:
 @device.command("params")
 @click.argument("name")
 def params_cmd(name: str) -> None:
-    """Parameters of device NAME (``--param`` keys), with defaults."""
+    """Parameters of device NAME (``--param`` keys), with defaults, units or choices, and meaning."""
+    from testbed.core.params import describe
+
     dm = _devices()
     cls = dm.DEVICES.get(name)
     for group, pcls in cls.param_classes.items():
         click.echo(f"[{group}] {pcls.__name__}")
-        hints = typing.get_type_hints(pcls)
-        for f in dataclasses.fields(pcls):
-            click.echo(f"  {f.name:24s} {hints[f.name].__name__:6s} default={f.default!r}")
+        for r in describe(pcls):
+            kind = "|".join(r["choices"]) if r["choices"] else (r["unit"] or "")
+            click.echo(f"  {r['name']:22s} {r['type']:5s} {r['default']:>12s} {kind:14s} {r['help']}")
 
 
 def _fmt_ns(v: float) -> str:

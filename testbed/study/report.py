@@ -228,6 +228,26 @@ def _md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
+def pivot_markdown(summary: Any, doc: dict[str, Any], metric: str = "end_to_end_waf") -> str:
+    """``metric`` (mean ± 95% CI) with a column per hint policy and a row per setting of the other axes."""
+    if summary.empty or "replay.hints" not in summary.columns:
+        return ""
+    rows = [a for a in doc["axes"] if a != "replay.hints" and a in summary.columns
+            and summary[a].nunique(dropna=True) > 1]
+    hints = list(dict.fromkeys(summary["replay.hints"]))
+    cells: dict[tuple, dict[str, str]] = {}
+    for _, r in summary.iterrows():
+        key = tuple("" if r[a] != r[a] or r[a] is None else str(r[a]) for a in rows)
+        mean, ci = r.get(f"{metric}_mean"), r.get(f"{metric}_ci95")
+        cells.setdefault(key, {})[r["replay.hints"]] = _fmt(metric, mean) + (
+            f" ± {_fmt(metric, ci)}" if ci is not None and ci == ci else "")
+    head = [a.split(".")[-1] for a in rows] + hints
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, c in cells.items():
+        lines.append("| " + " | ".join([*key, *(c.get(h, "-") for h in hints)]) + " |")
+    return "\n".join(lines)
+
+
 def write_report(study_dir: Path) -> list[Path]:
     """report.md, report.html and plots/*.png of a study directory (from its saved files)."""
     import matplotlib
@@ -279,7 +299,11 @@ def write_report(study_dir: Path) -> list[Path]:
                 f"axes: {', '.join(doc['axes']) or 'none'}; seeds: {', '.join(map(str, doc['seeds']))}; "
                 f"traces: {', '.join(t['label'] for t in doc['traces'].values())}.")
     md += [overview, "", "## Findings", ""]
-    md += [f"- {s}" for s in found] + ["", "## Summary (mean ± 95% CI over seeds)", ""]
+    md += [f"- {s}" for s in found] + [""]
+    by_hints = pivot_markdown(summary, doc)
+    if by_hints:
+        md += ["## End-to-end WAF by hint policy (mean ± 95% CI over seeds)", "", by_hints, ""]
+    md += ["## Summary (mean ± 95% CI over seeds)", ""]
     md += [_md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
     if not failed.empty:
         md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, list(doc['axes']))}, seed {r['seed']}): "
