@@ -146,6 +146,8 @@ def run_child(trace: Path, device: str, hints: str, params: list[str], tree: Pat
     cmd = [sys.executable, __file__, "--child", str(trace), device, hints, *params]
     t0 = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(tree), KVBED_BENCH_TREE=str(tree))
+    if tree != ROOT:  # another tree keeps its kernels apart (an older tree prunes cache directories it does not know)
+        env["NUMBA_CACHE_DIR"] = str(ROOT / ".cache" / "bench" / "numba-other-tree")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"child failed: {' '.join(cmd)}\n{out.stderr}")

@@ -52,6 +52,12 @@ def test_every_example_spec_validates(path):
     res = ok(kvbed("study", "validate", path, "--json"))
     doc = json.loads(res.output)
     assert doc["points"] > 0 and doc["traces"]
+    from testbed.study.run import plan
+    from testbed.study.spec import load
+
+    grid = plan(load(path), Path("out"))  # what study.json will hold: every point with its hashes
+    assert len(grid["points"]) == doc["points"] and set(grid["traces"]) == set(doc["traces"])
+    assert len({t["label"] for t in grid["traces"].values()}) == len(grid["traces"])  # traces told apart
 
 
 def test_validate_counts_points_and_traces(tmp_path):

@@ -218,7 +218,7 @@ def plan(study: Study, out: Path) -> dict[str, Any]:
     traces = {}
     for th, ts in settings.items():
         file = ts.path if ts.kind == "path" else f"traces/{th}.parquet"
-        label = ts.label() + "".join(f" {k}={flat[th][k]}" for k in differ)
+        label = ts.label() + "".join(f" {k}={flat[th][k]}" for k in differ if k in flat[th])
         traces[th] = {"setting": asdict(ts), "label": label, "file": file}
     points = []
     for pt in study.points:
