@@ -156,6 +156,6 @@ def report_cmd(study_dir: Path) -> None:
         raise KvbedError("not a study directory (no study.json)", where=str(study_dir))
     doc = json.loads((study_dir / "study.json").read_text())
     df = table.build(study_dir)
-    table.write(study_dir, df, table.summarize(df, list(doc["axes"]), doc["metrics"]))
+    table.write(study_dir, df, table.summarize(df, doc, doc["metrics"]))
     for p in write_report(study_dir):
         click.echo(str(p))

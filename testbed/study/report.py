@@ -18,6 +18,7 @@ import base64
 import html
 import io
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,18 @@ def _fmt(metric: str, v: Any) -> str:
 
 
 def _setting_cols(doc: dict[str, Any]) -> list[str]:
-    """Axes other than the device and hint policy: what a bar group stands for."""
-    return [a for a in doc["axes"] if a not in ("replay.device", "replay.hints")]
+    """The settings other than the device (a plot's facet): what a bar group stands for."""
+    from testbed.study.table import dimensions
+
+    return [a for a in dimensions(doc)[0] if a != "replay.device"]
 
 
 def _label(row: Any, cols: list[str]) -> str:
-    return ", ".join(f"{c.split('.')[-1]}={row[c]}" for c in cols) or "all"
+    def val(c: str) -> str:
+        v = row[c]
+        return "-" if v is None or v != v else str(v)
+
+    return ", ".join(val(c) if c == "trace" else f"{c.split('.')[-1]}={val(c)}" for c in cols) or "all"
 
 
 def _agg(df: Any, keys: list[str], metric: str) -> Any:
@@ -65,6 +72,9 @@ def _agg(df: Any, keys: list[str], metric: str) -> Any:
 def _png(fig: Any) -> bytes:
     import matplotlib.pyplot as plt
 
+    with warnings.catch_warnings():  # many groups on one axis: tight_layout gives up, the plot is still drawn
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -77,8 +87,8 @@ def _bars(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: float =
 
     cols = _setting_cols(doc)
     devices = list(dict.fromkeys(df["device"]))
-    hints = list(dict.fromkeys(df["hints"]))
-    a = _agg(df, ["device", *cols, "hints"], metric)
+    hints = list(dict.fromkeys(df["policy"]))
+    a = _agg(df, ["device", *cols, "policy"], metric)
     if a.empty or a["mean"].isna().all():
         return None
     fig, axes = plt.subplots(len(devices), 1, figsize=(10, 3.2 * len(devices)), squeeze=False)
@@ -88,7 +98,7 @@ def _bars(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: float =
         width = 0.8 / max(1, len(hints))
         x = np.arange(len(groups))
         for k, h in enumerate(hints):
-            sel = d[d["hints"] == h]
+            sel = d[d["policy"] == h]
             vals = {_label(r, cols): (r["mean"] * scale, r["ci95"] * scale) for _, r in sel.iterrows()}
             ys = [vals.get(g, (np.nan, 0))[0] for g in groups]
             es = [vals.get(g, (np.nan, 0))[1] for g in groups]
@@ -98,7 +108,6 @@ def _bars(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: float =
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=min(len(hints), 6))
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -106,7 +115,9 @@ def _numeric_axes(df: Any, doc: dict[str, Any]) -> list[str]:
     import pandas as pd
 
     out = []
-    for a in doc["axes"]:
+    for a in _setting_cols(doc):
+        if a == "trace":
+            continue
         vals = df[a].dropna()
         if len(set(vals)) > 1 and pd.to_numeric(vals, errors="coerce").notna().all() and \
                 not all(isinstance(v, bool) for v in vals):
@@ -119,8 +130,8 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
     import numpy as np
 
     others = [c for c in _setting_cols(doc) if c != axis]
-    a_waf = _agg(df, ["device", *others, "hints", axis], "end_to_end_waf")
-    a_lat = _agg(df, ["device", *others, "hints", axis], "load_p99_ns")
+    a_waf = _agg(df, ["device", *others, "policy", axis], "end_to_end_waf")
+    a_lat = _agg(df, ["device", *others, "policy", axis], "load_p99_ns")
     if a_waf.empty:
         return None
     facets = list(dict.fromkeys((r["device"], _label(r, others)) for _, r in a_waf.iterrows()))[:6]
@@ -129,8 +140,8 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
         for i, (a, ylabel, scale) in enumerate(((a_waf, "end-to-end WAF", 1.0), (a_lat, "object load p99 (ms)", 1e-6))):
             ax = axes[i, j]
             sel = a[(a["device"] == dev).to_numpy() & np.array([_label(r, others) == lab for _, r in a.iterrows()])]
-            for h in dict.fromkeys(sel["hints"]):
-                s = sel[sel["hints"] == h].sort_values(axis)
+            for h in dict.fromkeys(sel["policy"]):
+                s = sel[sel["policy"] == h].sort_values(axis)
                 ax.errorbar(s[axis].astype(float), s["mean"] * scale, yerr=s["ci95"] * scale, marker="o",
                             ms=3, capsize=2, label=h)
             ax.set_xlabel(axis.split(".")[-1])
@@ -139,7 +150,6 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
             if i == 0:
                 ax.set_title(f"{dev}" + (f" ({lab})" if others else ""), fontsize=9)
                 ax.legend(fontsize=7)
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -150,20 +160,19 @@ def _per_ruh(study_dir: Path, df: Any) -> bytes | None:
     ok = df[(df["status"] == "ok") & (df["device"] == "fdp")]
     if ok.empty:
         return None
-    first = ok.drop_duplicates("hints")  # one point per policy: its first setting and seed
+    first = ok.drop_duplicates("policy")  # one point per policy: its first setting and seed
     fig, ax = plt.subplots(figsize=(10, 3.6))
     width = 0.8 / len(first)
     for k, (_, r) in enumerate(first.iterrows()):
         res = json.loads((study_dir / r["run_dir"] / "result.json").read_text())
         per = res["jobs"][0].get("per_ruh") or []
         ys = [x.get("host_bytes_written", 0) / 2**30 for x in per]
-        ax.bar(np.arange(len(ys)) + (k - (len(first) - 1) / 2) * width, ys, width, label=f"{r['hints']}")
+        ax.bar(np.arange(len(ys)) + (k - (len(first) - 1) / 2) * width, ys, width, label=f"{r['policy']}")
     ax.set_xlabel("reclaim unit handle (last: GC destination, when shared)")
     ax.set_ylabel("host bytes written (GiB)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title("bytes per RUH, one point per hint policy (its first setting and seed)", fontsize=9)
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -171,23 +180,23 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
     """Sentences: per device and policy, the change of end-to-end WAF against ``none`` over the settings."""
     out: list[str] = []
     cols = _setting_cols(doc)
-    a = _agg(df, ["device", *cols, "hints"], "end_to_end_waf")
+    a = _agg(df, ["device", *cols, "policy"], "end_to_end_waf")
     if a.empty:
         return ["No point has finished yet."]
     for dev in dict.fromkeys(a["device"]):
         d = a[a["device"] == dev]
-        if "none" not in set(d["hints"]):
+        if "none" not in set(d["policy"]):
             best = d.sort_values("mean").iloc[0]
-            out.append(f"On {dev}, the lowest end-to-end WAF is {best['mean']:.4f} with {best['hints']} hints "
+            out.append(f"On {dev}, the lowest end-to-end WAF is {best['mean']:.4f} with {best['policy']} hints "
                        f"({_label(best, cols)}); the grid has no 'none' point to compare with.")
             continue
-        base = {_label(r, cols): r for _, r in d[d["hints"] == "none"].iterrows()}
+        base = {_label(r, cols): r for _, r in d[d["policy"] == "none"].iterrows()}
         ranked = []
-        for h in dict.fromkeys(d["hints"]):
+        for h in dict.fromkeys(d["policy"]):
             if h == "none":
                 continue
             changes = []
-            for _, r in d[d["hints"] == h].iterrows():
+            for _, r in d[d["policy"] == h].iterrows():
                 b = base.get(_label(r, cols))
                 if b is not None and b["mean"]:
                     sig = abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"]
@@ -212,7 +221,8 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
                          f"{sig} of {len(ch)} beyond the 95% intervals")
         best = ranked[0]
         out.append(f"On {dev}, {best[1]} hints change end-to-end WAF the most against none "
-                   f"({100 * best[0]:+.1f}% on average). " + "; ".join(lines[:1] + lines[1:]) + ".")
+                   f"({100 * best[0]:+.1f}% on average over the settings).")
+        out += [f"{dev}, {line}." for line in lines]
     return out
 
 
@@ -230,16 +240,17 @@ def _md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
 
 def pivot_markdown(summary: Any, doc: dict[str, Any], metric: str = "end_to_end_waf") -> str:
     """``metric`` (mean ± 95% CI) with a column per hint policy and a row per setting of the other axes."""
-    if summary.empty or "replay.hints" not in summary.columns:
+    from testbed.study.table import dimensions
+
+    if summary.empty or "policy" not in summary.columns or summary["policy"].nunique() < 2:
         return ""
-    rows = [a for a in doc["axes"] if a != "replay.hints" and a in summary.columns
-            and summary[a].nunique(dropna=True) > 1]
-    hints = list(dict.fromkeys(summary["replay.hints"]))
+    rows = [a for a in dimensions(doc)[0] if a in summary.columns and summary[a].nunique(dropna=True) > 1]
+    hints = list(dict.fromkeys(summary["policy"]))
     cells: dict[tuple, dict[str, str]] = {}
     for _, r in summary.iterrows():
         key = tuple("" if r[a] != r[a] or r[a] is None else str(r[a]) for a in rows)
         mean, ci = r.get(f"{metric}_mean"), r.get(f"{metric}_ci95")
-        cells.setdefault(key, {})[r["replay.hints"]] = _fmt(metric, mean) + (
+        cells.setdefault(key, {})[r["policy"]] = _fmt(metric, mean) + (
             f" ± {_fmt(metric, ci)}" if ci is not None and ci == ci else "")
     head = [a.split(".")[-1] for a in rows] + hints
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -288,7 +299,9 @@ def write_report(study_dir: Path) -> list[Path]:
         with atomic_path(study_dir / "plots" / name) as tmp:
             tmp.write_bytes(png)
     counts = df["status"].value_counts().to_dict()
-    keys = [c for c in doc["axes"] if c in summary.columns] or [c for c in ("device", "hints") if c in summary.columns]
+    from testbed.study.table import dimensions
+
+    keys = [c for c in (*dimensions(doc)[0], "policy") if c in summary.columns]
     metrics = doc["metrics"]
     found = findings(df, doc)
     failed = df[df["status"] == "failed"]
@@ -306,7 +319,7 @@ def write_report(study_dir: Path) -> list[Path]:
     md += ["## Summary (mean ± 95% CI over seeds)", ""]
     md += [_md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
     if not failed.empty:
-        md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, list(doc['axes']))}, seed {r['seed']}): "
+        md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, [*cols, 'policy'])}, seed {r['seed']}): "
                                            f"{r['error']}" for _, r in failed.iterrows()] + [""]
     md += ["## Plots", ""] + [f"![{n}](plots/{n})" for n in plots] + [""]
     md += ["Every point is a run directory under `runs/` (rerun one with `kvbed replay --config "

@@ -212,20 +212,22 @@ def _point_record(study: Study, pt: Point, th: str, rh: str) -> dict[str, Any]:
 def plan(study: Study, out: Path) -> dict[str, Any]:
     """study.json: the traces and points with their hashes (what every later step reads)."""
     settings = study.traces()
-    flat = {th: {**ts.tier, **ts.synth, "source": ts.source or ts.path} for th, ts in settings.items()}
-    differ = [k for k in dict.fromkeys(k for f in flat.values() for k in f)
-              if len({json.dumps(f.get(k)) for f in flat.values()}) > 1 and k != "source"]
+    flat = {th: {**ts.tier, **ts.synth} for th, ts in settings.items()}
     traces = {}
     for th, ts in settings.items():
         file = ts.path if ts.kind == "path" else f"traces/{th}.parquet"
-        label = ts.label() + "".join(f" {k}={flat[th][k]}" for k in differ if k in flat[th])
+        # the settings that tell it from the other traces of its kind and source (seeds aside)
+        kin = [flat[h] for h, t in settings.items() if t.label() == ts.label()]
+        differ = [k for k in flat[th] if k != "seed" and len({json.dumps(f.get(k)) for f in kin}) > 1]
+        label = ts.label() + "".join(f" {k}={flat[th][k]}" for k in differ)
         traces[th] = {"setting": asdict(ts), "label": label, "file": file}
     points = []
     for pt in study.points:
         th = pt.trace.hash()
         points.append(_point_record(study, pt, th, pt.hash(th)))
     return {"name": study.name, "description": study.description, "spec": str(study.path),
-            "axes": {k: v for k, v in study.axes.items()}, "seeds": study.seeds, "metrics": study.metrics,
+            "axes": {k: v for k, v in study.axes.items()}, "zips": study.zips, "seeds": study.seeds,
+            "metrics": study.metrics,
             "plots": study.plots, "traces": traces, "points": points}
 
 
@@ -307,7 +309,7 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
             ex.close()
     try:
         df = table.build(out)
-        table.write(out, df, table.summarize(df, list(study.axes), study.metrics))
+        table.write(out, df, table.summarize(df, doc, study.metrics))
     except KeyboardInterrupt:  # the table is rebuilt by the next run or `study report`
         interrupted = True
     return Outcome(points=len(recs), ran=ran, skipped=skipped, failed=failed, interrupted=interrupted,

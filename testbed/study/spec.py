@@ -165,6 +165,7 @@ class Study:
     metrics: list[str]
     plots: list[str]
     axes: dict[str, list[Any]]  # every varied key, with its values (zip groups included)
+    zips: list[list[str]]  # the keys of each [[zip]] group
     points: list[Point]
 
     def traces(self) -> dict[str, TraceSetting]:
@@ -291,7 +292,8 @@ def load(path: str | Path) -> Study:
         for seed in seeds:
             points.append(_point(spec, len(points), base, setting, seed, checked, DEVICES, HINTS))
     return Study(path=spec.path, text=spec.text, name=name, description=desc, seeds=list(seeds),
-                 metrics=list(metrics), plots=list(plots), axes=varied, points=points)
+                 metrics=list(metrics), plots=list(plots), axes=varied, zips=[list(g) for g in zips],
+                 points=points)
 
 
 def _names_list(spec: _Spec, key: str, got: Any, known: Any) -> None:

@@ -40,6 +40,17 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.045, 2.042)
 
 
+def dimensions(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(setting columns, policy partners) of a study: the policy is the hint policy with the axes that vary
+    with it in a [[zip]] group (``noisy-oracle error_rate=0.3``); a setting is every other axis, the
+    trace axes replaced by the trace's label (seeds aside)."""
+    partners = [k for g in doc.get("zips", []) if "replay.hints" in g for k in g if k != "replay.hints"]
+    settings = [a for a in doc["axes"] if a != "replay.hints" and a not in partners and not a.startswith("trace.")]
+    if any(a.startswith("trace.") for a in doc["axes"]) or len({t["label"] for t in doc["traces"].values()}) > 1:
+        settings.append("trace")
+    return settings, partners
+
+
 def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
     """Every metric of one run's job entry (None where the device has no such figure)."""
     gc = job.get("gc") or {}
@@ -81,12 +92,14 @@ def build(study_dir: Path) -> Any:
 
     doc = json.loads((study_dir / "study.json").read_text())
     axes = list(doc["axes"])
+    _, partners = dimensions(doc)
     hits: dict[str, dict[str, float]] = {}
     rows = []
     for pt in doc["points"]:
         row: dict[str, Any] = {a: None if pt["axes"].get(a) == UNSET else pt["axes"].get(a) for a in axes}
+        policy = " ".join([pt["hints"], *(f"{k.split('.')[-1]}={row[k]}" for k in partners if row.get(k) is not None)])
         row.update(seed=pt["seed"], trace=doc["traces"][pt["trace_hash"]]["label"], device=pt["device"],
-                   hints=pt["hints"], run_dir=f"runs/{pt['run_hash']}")
+                   hints=pt["hints"], policy=policy, run_dir=f"runs/{pt['run_hash']}")
         res_file = study_dir / "runs" / pt["run_hash"] / "result.json"
         err_file = study_dir / "runs" / f"{pt['run_hash']}.error.json"
         status, error, m = "missing", None, {}
@@ -105,6 +118,7 @@ def build(study_dir: Path) -> Any:
         row.update(hits[th])
         rows.append(row)
     df = pd.DataFrame(rows)
+    df = df[[*axes, *[c for c in df.columns if c not in axes]]]
     for a in axes:  # one type per column (Parquet): numbers stay numbers, a mix of kinds becomes text
         kinds = {"number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
                  for v in df[a] if v is not None and v == v}
@@ -115,11 +129,11 @@ def build(study_dir: Path) -> Any:
     return df
 
 
-def summarize(df: Any, axes: list[str], metrics: list[str]) -> Any:
-    """Mean, 95% CI half-width and count across seeds, per setting of the axes (points that ran)."""
+def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
+    """Mean, 95% CI half-width and count across seeds, per setting and policy (points that ran)."""
     import pandas as pd
 
-    keys = [a for a in axes if a in df.columns] or ["device", "hints"]
+    keys = [*dimensions(doc)[0], "policy"]
     ok = df[df["status"] == "ok"]
     rows = []
     for vals, g in ok.groupby(keys, sort=False, dropna=False):
