@@ -37,7 +37,7 @@ test: host-setup venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not vm"
 
-# The example studies (studies/*.toml, ~10 minutes each on 2 cores), then the README's findings from them.
+# The example studies (studies/*.toml, 1-2 minutes each on 2 cores), then the README's findings from them.
 studies: venv
 	for s in $(STUDIES); do $(KVBED) study run studies/$$s.toml -o results/studies/$$s -q || exit 1; done
 	$(PY) scripts/studies_readme.py $(addprefix results/studies/,$(STUDIES))
