@@ -17,18 +17,17 @@ from testbed.core.registry import Registry
 
 
 def _parameter_sets():
-    from devicemodels.params import CxlParams, CxlSsdParams, FdpParams, FlashParams, ZnsParams
+    """Every documented parameter set (``kvbed params``), which must include every device group and every
+    hint policy's parameters."""
+    from devicemodels import DEVICES
     from kvreplay.hints import HINTS
-    from kvreplay.layout.params import LayoutParams
-    from kvreplay.replay.params import ReplayParams
-    from kvreplay.synth import SynthParams
-    from kvreplay.tiers import TierSimParams
-    from testbed.vm.qemu import VmParams
-    from testbed.vm.replay import VmLinkParams
+    from testbed.paramdocs import parameter_sets
 
-    hints = {HINTS.get(n).Params for n in HINTS}
-    return [FlashParams, FdpParams, ZnsParams, CxlParams, CxlSsdParams, LayoutParams, ReplayParams, SynthParams,
-            TierSimParams, VmParams, VmLinkParams, *sorted(hints, key=lambda c: c.__name__)]
+    sets = [cls for cls, _ in parameter_sets().values()]
+    device_groups = {c for n in DEVICES for c in DEVICES.get(n).param_classes.values()}
+    hint_params = {HINTS.get(n).Params for n in HINTS if dataclasses.fields(HINTS.get(n).Params)}
+    assert device_groups | hint_params <= set(sets)
+    return sets
 
 
 PARAMETER_SETS = _parameter_sets()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,8 +153,6 @@ def report_cmd(study_dir: Path) -> None:
 
     if not (study_dir / "study.json").exists():
         raise KvbedError("not a study directory (no study.json)", where=str(study_dir))
-    doc = json.loads((study_dir / "study.json").read_text())
-    df = table.build(study_dir)
-    table.write(study_dir, df, table.summarize(df, doc, doc["metrics"]))
+    table.refresh(study_dir)
     for p in write_report(study_dir):
         click.echo(str(p))

@@ -308,8 +308,7 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
         if ex is not None:
             ex.close()
     try:
-        df = table.build(out)
-        table.write(out, df, table.summarize(df, doc, study.metrics))
+        table.refresh(out)
     except KeyboardInterrupt:  # the table is rebuilt by the next run or `study report`
         interrupted = True
     return Outcome(points=len(recs), ran=ran, skipped=skipped, failed=failed, interrupted=interrupted,

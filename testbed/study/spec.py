@@ -225,7 +225,7 @@ def load(path: str | Path) -> Study:
     doc = spec.doc
     for sec in doc:
         if sec not in ("study", "trace", "replay", "axes", "zip"):
-            raise spec.error(sec, "", f"unknown section (known: study, trace, replay, axes, zip)")
+            raise spec.error(sec, "", "unknown section (known: study, trace, replay, axes, zip)")
     study = doc.get("study", {})
     for k in study:
         if k not in STUDY_KEYS:

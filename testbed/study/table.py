@@ -149,6 +149,13 @@ def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
     return pd.DataFrame(rows)
 
 
+def refresh(study_dir: Path) -> None:
+    """Rebuild table.parquet/csv and summary.csv from the study directory's saved files."""
+    doc = json.loads((study_dir / "study.json").read_text())
+    df = build(study_dir)
+    write(study_dir, df, summarize(df, doc, doc["metrics"]))
+
+
 def write(study_dir: Path, df: Any, summary: Any) -> None:
     """table.parquet, table.csv and summary.csv, each written whole or not at all."""
     from testbed.core.atomicio import atomic_path
