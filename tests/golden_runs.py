@@ -2,7 +2,7 @@
 
 ``tests/golden/digests.json`` holds the digests recorded on the tree before the foundation refactor
 (issue 9: commit 58fd2fe); ``test_golden.py`` reruns the same commands and compares. A digest is the
-sha256 of a file's bytes after the run's own directories are replaced by placeholders (the trace path
+sha256 of a JSON file after masking what varies by host (see _mask) and replacing the run's own directories by placeholders (the trace path
 is echoed in result.json), and of a Parquet file's table and key-value metadata (not its bytes, which
 name the pyarrow version that wrote them).
 
@@ -60,19 +60,27 @@ def argv(name: str, work: Path) -> list[str]:
     return [a.format(w=work, mc=MOONCAKE) for a in RUNS[name]]
 
 
-def _text_digest(path: Path, work: Path) -> str:
-    text = path.read_text()
-    doc = json.loads(text)
-    if "sim" in doc or "jobs" in doc:
+def _mask(doc):
+    """Drop what legitimately varies between hosts: wall-clock speed, and the trace fingerprint (a hash of the
+    Parquet footer, which names the imported source by its absolute path; the trace's own digest covers it)."""
+    if isinstance(doc, dict):
         doc.pop("sim", None)  # `device run` keeps its wall-clock speed there
-        for job in doc.get("jobs", []):  # fio's runtime (ms) and bw (KiB/s), added after the digests were taken
-            for entry in job.values():
-                if isinstance(entry, dict) and "runtime_ns" in entry and "lat_ns" in entry:
-                    entry.pop("runtime", None)
-                    entry.pop("bw", None)
-        text = json.dumps(doc, indent=2) + "\n"
-    text = text.replace(str(work), "<work>").replace(str(MOONCAKE.parent), "<mooncake>")
-    return hashlib.sha256(text.encode()).hexdigest()
+        if "runtime_ns" in doc and "lat_ns" in doc:  # fio's runtime (ms) and bw (KiB/s), added after 58fd2fe
+            doc.pop("runtime", None)
+            doc.pop("bw", None)
+        return {k: "<fingerprint>" if k == "fingerprint" else _mask(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_mask(v) for v in doc]
+    return doc
+
+
+def _paths(text: str, work: Path) -> str:
+    return text.replace(str(work), "<work>").replace(str(MOONCAKE.parent), "<mooncake>")
+
+
+def _text_digest(path: Path, work: Path) -> str:
+    text = json.dumps(_mask(json.loads(path.read_text())), indent=2, sort_keys=True) + "\n"
+    return hashlib.sha256(_paths(text, work).encode()).hexdigest()
 
 
 def _parquet_digest(path: Path, work: Path) -> str:
@@ -80,10 +88,9 @@ def _parquet_digest(path: Path, work: Path) -> str:
     h = hashlib.sha256()
     for k, v in sorted((f.schema_arrow.metadata or {}).items()):
         if k != b"ARROW:schema":
-            h.update(k + b"=" + v.decode().replace(str(work), "<work>").replace(str(MOONCAKE.parent), "<mooncake>")
-                     .encode())
+            h.update(k + b"=" + _paths(v.decode(), work).encode())
     table = f.read()
-    h.update(str(table.schema).encode())
+    h.update(str(table.schema.remove_metadata()).encode())  # its text shows the metadata's length, path included
     for name in table.column_names:
         h.update(name.encode())
         h.update(json.dumps(table.column(name).to_pylist(), default=str).encode())
