@@ -110,8 +110,55 @@ def plot_ruh_bytes(run: Run, path: Path) -> None:
     _save(fig, path)
 
 
+def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s, label in series:
+        x, y = _cdf(run, s)
+        if len(x):
+            ax.step(x / 1e6, y, where="post", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction")
+    ax.set_title(f"{title} - {run.label}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_tiers_waf(run: Run, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    t = run.timeseries
+    if "tier" in t.column_names and t.num_rows:
+        tiers = np.array(t.column("tier").to_pylist())
+        x = np.array(t.column("t_end_ns").to_pylist(), float) / 1e9
+        cum = np.array([np.nan if v is None else v for v in t.column("end_to_end_waf_cumulative").to_pylist()], float)
+        for tier in dict.fromkeys(tiers.tolist()):
+            m = tiers == tier
+            ax.plot(x[m], cum[m], lw=1.6, label=f"{tier}: end-to-end WAF (cumulative)")
+    ax.set_xlabel("trace time (s)")
+    ax.set_ylabel("WAF")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"WAF per tier - {run.label}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def make_tier_plots(run: Run) -> list[Path]:
+    """A multi-tier run: WAF per tier, each tier's load latency CDF, and the TTFT CDF of each on-hit mode."""
+    tiers = [j["tier"] for j in run.result["jobs"]]
+    modes = list((run.result.get("requests") or {}).get("modes") or {})
+    out = [run.path / "waf.png", run.path / "latency_cdf.png", run.path / "ttft_cdf.png"]
+    plot_tiers_waf(run, out[0])
+    _cdf_plot(run, [(f"{t}.object_read", f"{t} object load") for t in tiers], out[1], "latency (ms)",
+              "KV object load latency per tier")
+    _cdf_plot(run, [(f"ttft.{m}", f"TTFT, on hit: {m}") for m in modes], out[2], "TTFT (ms)", "TTFT estimate")
+    return out
+
+
 def make_run_plots(run_dir: str | os.PathLike) -> list[Path]:
     run = load_run(run_dir)
+    if "requests" in run.result:
+        return make_tier_plots(run)
     out = [run.path / "waf.png", run.path / "latency_cdf.png", run.path / "ruh_bytes.png"]
     plot_waf(run, out[0])
     plot_latency_cdf(run, out[1])

@@ -75,7 +75,7 @@ def timeseries_table(rows: list[dict[str, Any]]) -> pa.Table:
     for k in names:
         vals = [r.get(k) for r in rows]
         kind = {type(v) for v in vals if v is not None}
-        typ = pa.float64() if float in kind else pa.int64()
+        typ = pa.string() if str in kind else pa.float64() if float in kind else pa.int64()
         cols[k] = pa.array(vals, typ)
     return pa.table(cols)
 

@@ -36,6 +36,7 @@ from kvreplay import schema as S
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout import layout_for
+from kvreplay.layout.actions import A_READ
 from kvreplay.replay import record as R
 from kvreplay.replay import result as out
 from kvreplay.replay.config import RunConfig, build_config, size_run, tier_policy, trace_fingerprint
@@ -83,14 +84,20 @@ class Replay:
     before the model is built, so a target with constraints of its own (a QEMU device: CXL memory in
     256 MiB granules) gets a model of exactly its geometry. ``capacity_owner`` names what fixed the
     capacity when it is not the replay's to choose (a running VM), for the "too small" errors.
+    ``keep_reads`` keeps every replayed read event's trace row and completion (``self.reads``), which a
+    multi-tier run joins to the requests (:mod:`kvreplay.replay.ttft`); ``req_start`` (trace time each
+    request started, by request id) issues every read at its request's start (:class:`Producer`).
     """
 
     def __init__(self, config: RunConfig, *, progress: Progress | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  target_factory: Callable[[Any], Target] | None = None,
                  fit_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                 capacity_owner: str | None = None):
+                 capacity_owner: str | None = None, keep_reads: bool = False,
+                 req_start: np.ndarray | None = None):
         self.cfg = config
+        self.keep_reads = keep_reads
+        self.req_start = req_start
         self.progress = progress
         self.should_stop = should_stop or (lambda: False)
         self.target_factory = target_factory
@@ -161,13 +168,15 @@ class Replay:
         self.t0 = sc.t_first_ns
 
     def columns(self) -> list[str]:
-        return list(dict.fromkeys([*SCAN_COLUMNS, *self.policy_cls.columns]))
+        extra = ["request_id"] if self.req_start is not None else []
+        return list(dict.fromkeys([*SCAN_COLUMNS, *self.policy_cls.columns, *extra]))
 
     def producer(self) -> Producer:
         """The trace -> ops side of this run (after :meth:`prepare`); any target can consume it."""
         return Producer(self.reader.iter_batches(self.columns()), self.cfg.replay.tier_code, self.policy,
                         self.layout, self.pid_of_class, self.page_bytes, self.t0, self.cfg.replay.time_scale,
-                        self.window_ns, self.scan.max_object_pages, self.cfg.trace, self.stage_s)
+                        self.window_ns, self.scan.max_object_pages, self.cfg.trace, self.stage_s,
+                        req_start=self.req_start)
 
     # -------------------------------------------------------------------------------- submission
     def _submit(self, ops: dict[str, np.ndarray]) -> np.ndarray:
@@ -252,6 +261,7 @@ class Replay:
                 win_acc[:] = 0
                 cur_win += 1
 
+        kept: list[Any] = []  # the BatchEvents of every segment seen, once each (keep_reads)
         t_replay = time.perf_counter()
         last_mark = Mark.start(self.t0, self.layout.stats(), self.n_classes)
         for item in prefetched(self.producer().segments(), depth=8):  # production runs one step ahead
@@ -265,6 +275,8 @@ class Replay:
                 continue
             t0 = time.perf_counter()
             close_until(item.window)
+            if self.keep_reads and (not kept or kept[-1] is not item.events):
+                kept.append(item.events)
             ops = item.ops
             try:
                 done = self._submit(ops)
@@ -289,6 +301,8 @@ class Replay:
             if self.failure is not None:
                 break
         replay_s = time.perf_counter() - t_replay
+        if self.keep_reads:
+            self.reads = read_latencies(kept, last_mark.row)
         self.last_mark = last_mark
         rows_done = last_mark.row
         # windows up to the last event replayed, then that one
@@ -313,6 +327,18 @@ class Replay:
         }
         return {"config": self.cfg.to_dict(), "result": result, "timeseries": rows,
                 "latency": out.latency_rows(self.hists()), "runtime": runtime}
+
+
+def read_latencies(kept: list[Any], rows_done: int) -> tuple[np.ndarray, np.ndarray]:
+    """(trace row, completion ns in replay time) of every read event replayed before ``rows_done`` whose ops
+    all completed, in row order; a read the layout could not serve (its object was evicted) has no ops and no
+    row."""
+    rows, done = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for ev in kept:
+        m = (ev.act == A_READ) & (ev.done >= 0) & (ev.row < rows_done)
+        rows.append(ev.row[m])
+        done.append(ev.done[m])
+    return np.concatenate(rows), np.concatenate(done)
 
 
 def replay(config: RunConfig, *, progress: Progress | None = None,

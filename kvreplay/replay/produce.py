@@ -19,7 +19,7 @@ import numpy as np
 
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout import OpBuffer
-from kvreplay.layout.actions import A_WRITE, ACTION_NAMES, action_table, pages_of, select
+from kvreplay.layout.actions import A_READ, A_WRITE, ACTION_NAMES, action_table, pages_of, select
 from kvreplay.layout.common import (
     OB_EV, OB_LBA, OB_NPAGES, OB_OP, OB_PID, OB_SRC, S_BUFFER_FULL, S_DONE, S_GROW, S_NO_PROGRESS, S_TOO_BIG,
     ObjectLayout,
@@ -39,6 +39,7 @@ class BatchEvents:
     window: np.ndarray  # int64 time-series window
     done: np.ndarray  # int64 completion of the event's last op, filled by the consumer (-1 = none yet)
     first: np.ndarray  # int64 arrival of the event's first op as submitted (max int64 = none yet)
+    row: np.ndarray  # int64 the event's row in the trace (a multi-tier run joins loads to requests by it)
 
 
 @dataclass
@@ -83,6 +84,10 @@ class Producer:
     max_object_pages: int
     trace: str  # for located errors
     stage_s: dict[str, float]  # wall seconds per stage, accumulated
+    #: int64 trace time each request started, indexed by request id: when given, a read is issued at its
+    #: request's start (a KV connector asks for all of a request's chunks at once; the device's queues then
+    #: serialise them) instead of when the trace's tier simulator paced it; arrivals stay non-decreasing
+    req_start: np.ndarray | None = None
 
     def segments(self) -> Iterator[Segment | Mark]:
         """Op segments in trace order, with a :class:`Mark` whenever every event before a row is done."""
@@ -98,6 +103,7 @@ class Producer:
         action_counts = np.zeros(len(ACTION_NAMES), np.int64)
         clock = time.perf_counter
         tm = self.stage_s
+        last_arr = np.zeros(1, np.int64)
 
         def mark(row: int, ts: int) -> Mark:
             return Mark(row, ts, self.layout.stats(), class_writes.copy(), class_bytes.copy(), action_counts.copy())
@@ -131,9 +137,11 @@ class Producer:
             ev_pid = self.pid_of_class[ev_cls]
             rel = ev_ts - self.t0
             ev_arr = rel if scale == 1.0 else np.floor(rel / scale).astype(np.int64)
+            if self.req_start is not None:
+                ev_arr = self._reads_at_request_start(ev_arr, ev_act, batch["request_id"][tidx], last_arr)
             ctx = BatchEvents(act=ev_act, arrival=ev_arr, window=rel // self.window_ns,
                               done=np.full(len(tidx), -1, np.int64),
-                              first=np.full(len(tidx), np.iinfo(np.int64).max, np.int64))
+                              first=np.full(len(tidx), np.iinfo(np.int64).max, np.int64), row=row0 + tidx)
             start = 0
             while start < len(tidx):
                 t = clock()
@@ -165,6 +173,17 @@ class Producer:
             row0 += n
             yield mark(row0, int(batch["ts_ns"][-1]))
             t = clock()
+
+
+    def _reads_at_request_start(self, ev_arr: np.ndarray, ev_act: np.ndarray, req: np.ndarray,
+                                last_arr: np.ndarray) -> np.ndarray:
+        m = (ev_act == A_READ) & (req >= 0)
+        rel = self.req_start[req[m]] - self.t0
+        arr = ev_arr.copy()
+        arr[m] = rel if self.time_scale == 1.0 else np.floor(rel / self.time_scale).astype(np.int64)
+        arr = np.maximum.accumulate(np.maximum(arr, last_arr[0]))
+        last_arr[0] = arr[-1]
+        return arr
 
 
 def _split(ob: np.ndarray, n: int, ctx: BatchEvents) -> Iterator[Segment]:

@@ -147,7 +147,16 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
               help="device model: conv (no placement), fdp (placement ids = RUHs), zns (zone groups + host GC), "
                    "cxl, cxl-ssd [default: fdp]")
 @click.option("--hints", default=None, metavar="POLICY",
-              help="placement-hint policy: none, oracle, noisy-oracle, hotness, predicted, type [default: none]")
+              help="placement-hint policy: none, oracle, noisy-oracle, hotness, predicted, type [default: none]; "
+                   "with --tiers also TIER=POLICY,... (tiers not named keep none)")
+@click.option("--tiers", default=None, metavar="T1,T2,...",
+              help="multi-tier replay: every named tier (cpu, cxl, ssd) on its own device in one run, plus "
+                   "request-level KV-ready and TTFT (one fio job per tier)")
+@click.option("--tier-device", "tier_devices", multiple=True, metavar="TIER=DEVICE",
+              help="with --tiers: the device of a tier [defaults: cpu=dram, cxl=cxl, ssd=fdp] (repeatable)")
+@click.option("--on-hit", "on_hit", type=click.Choice(["load", "recompute", "best"]), default=None,
+              help="with --tiers: a chunk held in a lower tier is loaded, recomputed, or the cheaper of the two "
+                   "per request (all three are reported; this one heads the summary) [default: load]")
 @_replay_options
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
@@ -165,7 +174,8 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
 @click.option("--no-plots", is_flag=True, help="do not draw the PNG plots")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary table")
 @click.option("--json", "as_json", is_flag=True, help="print the job summary as JSON")
-def replay(trace: str | None, device: str | None, hints: str | None, params: tuple[str, ...],
+def replay(trace: str | None, device: str | None, hints: str | None, tiers: str | None,
+           tier_devices: tuple[str, ...], on_hit: str | None, params: tuple[str, ...],
            target: str | None, vm_name: str | None, config_path: Path | None, out: Path | None, no_plots: bool,
            quiet: bool, as_json: bool, **options: Any) -> None:
     """Replay the TRACE's tier (default ssd) on a device with a placement-hint policy: an embedded device
@@ -178,11 +188,22 @@ def replay(trace: str | None, device: str | None, hints: str | None, params: tup
       kvbed replay --config results/oracle/config.json -o results/oracle-again
       kvbed replay sample.parquet --target vm --device fdp --hints oracle   # ephemeral VM
       kvbed up --device fdp --name f0 logical_bytes=8GiB && kvbed replay sample.parquet --vm f0
+      kvbed replay mc.parquet --tiers cpu,cxl,ssd --tier-device cxl=cxl-ssd --hints ssd=oracle --on-hit best
     """
     from kvreplay.replay.engine import Replay, RunConfig, build_config
     from testbed.results import check_out_dir, write_run
 
     given = {k: v for k, v in options.items() if v is not None}
+    multi_only = {"--tier-device": tier_devices, "--on-hit": on_hit}
+    if tiers is not None or (config_path is not None and _is_multitier(config_path)):
+        if device or target or vm_name:
+            raise KvbedError("--tiers gives each tier its device (--tier-device TIER=DEVICE); --device, --target "
+                             "and --vm are for single-tier runs")
+        return _replay_tiers(trace, tiers, tier_devices, hints, on_hit, params, config_path, out, no_plots, quiet,
+                             as_json, given)
+    for opt, val in multi_only.items():
+        if val:
+            raise KvbedError(f"{opt} needs --tiers")
     if vm_name is not None and target == "embedded":
         raise KvbedError("--vm runs on a VM: it needs --target vm (or no --target)")
     on_vm = target == "vm" or vm_name is not None
@@ -242,6 +263,92 @@ def replay(trace: str | None, device: str | None, hints: str | None, params: tup
                    f"({run_dir / 'result.json'})", err=True)
     if failed:
         click.get_current_context().exit(1)
+
+
+def _is_multitier(config_path: Path) -> bool:
+    try:
+        return "tiers" in json.loads(config_path.read_text())
+    except (OSError, ValueError, TypeError):
+        return False  # the single-tier path reports the file's problem
+
+
+def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str, ...], hints: str | None,
+                  on_hit: str | None, params: tuple[str, ...], config_path: Path | None, out: Path | None,
+                  no_plots: bool, quiet: bool, as_json: bool, given: dict[str, Any]) -> None:
+    from kvreplay.replay.multitier import MultiTierConfig, MultiTierReplay, build_multitier_config, parse_tier_map
+    from testbed.results import check_out_dir, write_run
+
+    if config_path is not None:
+        if trace or tiers or tier_devices or hints or on_hit or params or given:
+            raise KvbedError("--config reruns a saved run: give no TRACE, --tiers, --tier-device, --hints, --on-hit, "
+                             "--param or replay options")
+        cfg = MultiTierConfig.from_dict(json.loads(config_path.read_text()), where=str(config_path))
+    else:
+        if not trace:
+            raise KvbedError("missing TRACE (or --config RUN/config.json)")
+        names = [t.strip() for t in (tiers or "").split(",") if t.strip()]
+        hint_map = {"": hints} if hints and "=" not in hints else parse_tier_map([hints or ""], "--hints", names)
+        cfg = build_multitier_config(trace, names, parse_tier_map(tier_devices, "--tier-device", names), hint_map,
+                                     list(params), {**given, "on_hit": on_hit})
+    first = next(iter(cfg.tiers.values()))
+    out = check_out_dir(out or _default_out(cfg.trace, "tiers-" + "-".join(cfg.tiers), first.hints, first.replay.seed))
+    with _interruptible() as should_stop, _progress(not quiet) as prog:
+        parts = MultiTierReplay(cfg, progress=prog, should_stop=should_stop).run()
+    run_dir = write_run(out, parts)
+    if not no_plots:
+        from testbed.plots import make_run_plots
+
+        make_run_plots(run_dir)
+    res = parts["result"]
+    if as_json:
+        click.echo(json.dumps(_tiers_summary(parts), indent=2, default=str))
+    elif not quiet:
+        _print_tiers_summary(_console(), parts, run_dir)
+    if res.get("error"):
+        raise KvbedError(f"{res['error']} (partial result in {run_dir})")
+    if res["incomplete"]:
+        click.echo(f"kvbed: partial result in {run_dir}", err=True)
+
+
+def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
+    res = parts["result"]
+    req = res.get("requests") or {}
+    pct = lambda lat, p: (lat or {}).get("percentile", {}).get(p)  # noqa: E731
+    return {
+        "tiers": {j["tier"]: {"device": j["device"], "hints": j["hints"], "waf": j["waf"],
+                              "hit_ratio": (req.get("tiers") or {}).get(j["tier"], {}).get("hit_ratio"),
+                              "object_read_p50_ns": pct((j.get("object_read") or {}).get("lat_ns"), "50.000000"),
+                              "object_read_p99_ns": pct((j.get("object_read") or {}).get("lat_ns"), "99.000000")}
+                  for j in res["jobs"]},
+        "on_hit": req.get("on_hit"),
+        "ttft": {m: {"mean_ns": v["ttft_ns"]["mean"], "p50_ns": pct(v["ttft_ns"], "50.000000"),
+                     "p99_ns": pct(v["ttft_ns"], "99.000000")} for m, v in (req.get("modes") or {}).items()},
+        "incomplete": res["incomplete"],
+        "wall_s": parts["runtime"]["wall_s"],
+        "events_per_s": parts["runtime"]["events_per_s"],
+    }
+
+
+def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> None:
+    from testbed.report import fmt_ns
+
+    s = _tiers_summary(parts)
+    t = Table(title="multi-tier replay")
+    for col in ("tier", "device", "hints", "WAF", "hit ratio", "load p50", "load p99"):
+        t.add_column(col)
+    for tier, r in s["tiers"].items():
+        t.add_row(tier, r["device"], r["hints"], f"{r['waf']:.4f}" if r["waf"] is not None else "-",
+                  f"{r['hit_ratio']:.3f}" if r["hit_ratio"] is not None else "-",
+                  fmt_ns(r["object_read_p50_ns"]), fmt_ns(r["object_read_p99_ns"]))
+    con.print(t)
+    q = Table(title=f"TTFT estimate (headline: on-hit {s['on_hit']})")
+    for col in ("on hit", "mean", "p50", "p99"):
+        q.add_column(col)
+    for mode, r in s["ttft"].items():
+        q.add_row(mode, fmt_ns(r["mean_ns"]), fmt_ns(r["p50_ns"]), fmt_ns(r["p99_ns"]))
+    con.print(q)
+    con.print(f"{len(s['tiers'])} tiers in {s['wall_s']:.1f} s ({s['events_per_s'] or 0:,.0f} trace events/s); "
+              f"run directory {run_dir}")
 
 
 def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
