@@ -19,6 +19,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.hints import HINTS
     from kvreplay.layout.params import LayoutParams
     from kvreplay.replay.params import ReplayParams
+    from kvreplay.replay.ttft import RequestParams
     from kvreplay.synth import SynthParams
     from kvreplay.tiers import TierSimParams
     from testbed.vm.qemu import VmParams
@@ -40,7 +41,8 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "cache": (CxlSsdParams, "device cxl-ssd"),
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
         "synth": (SynthParams, "kvbed trace synth"),
-        "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; multi-tier replay)"),
+        "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; kvbed replay --tiers)"),
+        "requests": (RequestParams, "kvbed replay --tiers: the request-level KV-ready and TTFT model"),
         "vm": (VmParams, "kvbed up, kvbed replay --target vm: the guest machine"),
         "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
     })

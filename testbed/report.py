@@ -27,11 +27,11 @@ def _pct(entry: dict[str, Any] | None, p: str) -> int | None:
 
 
 def compare(runs: list[Run]) -> list[dict[str, Any]]:
-    """The figures of each run; WAF change relative to the first run."""
+    """The figures of each run (of each tier of a multi-tier run, with its requests' TTFT); WAF change relative
+    to the first row."""
     rows = []
     base = None
-    for r in runs:
-        j = r.job
+    for r, j in ((r, j) for r in runs for j in r.result["jobs"]):
         e2e = j.get("end_to_end_waf")
         if base is None:
             base = e2e
@@ -58,9 +58,18 @@ def compare(runs: list[Run]) -> list[dict[str, Any]]:
             "write_p99_ns": _pct(j.get("write"), "99.000000"),
             "forced_evictions": (j.get("layout") or {}).get("forced_evictions"),
             "incomplete": bool(r.result.get("incomplete")),
-            "seed": (r.config.get("replay") or {}).get("seed"),
+            "seed": ((r.config.get("tiers") or {}).get(j.get("tier")) or r.config).get("replay", {}).get("seed"),
+            **_ttft(r.result.get("requests")),
         })
     return rows
+
+
+def _ttft(req: dict[str, Any] | None) -> dict[str, Any]:
+    if not req:
+        return {}
+    lat = req["ttft_ns"]
+    return {"on_hit": req["on_hit"], "ttft_mean_ns": lat.get("mean"),
+            "ttft_p50_ns": lat["percentile"].get("50.000000"), "ttft_p99_ns": lat["percentile"].get("99.000000")}
 
 
 def _waf(x: float | None) -> str:
@@ -86,11 +95,15 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
     if host_gc:
         cols += [("zone resets", lambda r: f"{r['zone_resets'] or 0:,}"),
                  ("host GC moved", lambda r: fmt_bytes(r["host_gc_relocated_bytes"]))]
+    if any("ttft_p50_ns" in r for r in rows):
+        cols.insert(1, ("tier", lambda r: r["tier"] or "-"))
     cols += [
         ("load p50", lambda r: fmt_ns(r["object_read_p50_ns"])),
         ("load p99", lambda r: fmt_ns(r["object_read_p99_ns"])),
         ("load p99.9", lambda r: fmt_ns(r["object_read_p999_ns"])),
     ]
+    if any("ttft_p50_ns" in r for r in rows):
+        cols += [("TTFT p50", lambda r: fmt_ns(r.get("ttft_p50_ns"))), ("TTFT p99", lambda r: fmt_ns(r.get("ttft_p99_ns")))]
     for name, _ in cols:
         t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
     for r in rows:
