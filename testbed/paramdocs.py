@@ -15,6 +15,7 @@ from testbed.core.params import describe
 def parameter_sets() -> dict[str, tuple[type, str]]:
     """name -> (dataclass, where it applies), in the order they are documented."""
     from devicemodels.params import CxlParams, CxlSsdParams, FdpParams, FlashParams, ZnsParams
+    from kvreplay.costmodel import CostParams
     from kvreplay.hints import HINTS
     from kvreplay.layout.params import LayoutParams
     from kvreplay.replay.params import ReplayParams
@@ -39,6 +40,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "cache": (CxlSsdParams, "device cxl-ssd"),
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
         "synth": (SynthParams, "kvbed trace synth"),
+        "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; multi-tier replay)"),
         "vm": (VmParams, "kvbed up, kvbed replay --target vm: the guest machine"),
         "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
     })

@@ -70,7 +70,7 @@ def _param_epilog() -> str:
     """Every --param key, from the dataclasses themselves (``kvbed params`` shows defaults and meaning)."""
     from testbed.paramdocs import keys_epilog, parameter_sets
 
-    sets = [n for n in parameter_sets() if n not in ("tier", "synth")]
+    sets = [n for n in parameter_sets() if n not in ("tier", "synth", "cost", "crossover")]
     return (
         "\b\n--param keys (units accepted: 1GiB, 2ms, 7%; `kvbed params` gives defaults, units, meaning):\n"
         + keys_epilog(sets) + "\n"
