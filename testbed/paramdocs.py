@@ -21,6 +21,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.replay.params import ReplayParams
     from kvreplay.synth import SynthParams
     from kvreplay.tiers import TierSimParams
+    from testbed.crossover import CrossoverParams
     from testbed.vm.qemu import VmParams
     from testbed.vm.replay import VmLinkParams
 
@@ -41,6 +42,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
         "synth": (SynthParams, "kvbed trace synth"),
         "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; multi-tier replay)"),
+        "crossover": (CrossoverParams, "kvbed crossover (options marked * are also --options)"),
         "vm": (VmParams, "kvbed up, kvbed replay --target vm: the guest machine"),
         "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
     })
