@@ -22,6 +22,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.replay.ttft import RequestParams
     from kvreplay.synth import SynthParams
     from kvreplay.tiers import TierSimParams
+    from testbed.crossover import CrossoverParams
     from testbed.vm.qemu import VmParams
     from testbed.vm.replay import VmLinkParams
 
@@ -43,6 +44,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "synth": (SynthParams, "kvbed trace synth"),
         "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; kvbed replay --tiers)"),
         "requests": (RequestParams, "kvbed replay --tiers: the request-level KV-ready and TTFT model"),
+        "crossover": (CrossoverParams, "kvbed crossover (options marked * are also --options)"),
         "vm": (VmParams, "kvbed up, kvbed replay --target vm: the guest machine"),
         "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
     })

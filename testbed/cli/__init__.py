@@ -22,6 +22,7 @@ _COMMANDS = {
     "replay": ("testbed.cli.replay_cmd:replay", "Replay a KV lifecycle trace on a device with a placement-hint policy."),
     "report": ("testbed.cli.replay_cmd:report", "Compare finished runs: table and plot."),
     "study": ("testbed.cli.study_cmd:study", "Grids of replay runs to a table, plots and a report (local or Ray)."),
+    "crossover": ("testbed.cli.crossover_cmd:crossover", "From which object size loading KV from a tier beats recomputing it."),
     "params": ("testbed.cli.params_cmd:params", "Every parameter: defaults, units, choices, meaning."),
     "up": ("testbed.cli.vm_cmd:up", "Start a QEMU VM with an emulated conv/FDP/ZNS NVMe or CXL device."),
     "down": ("testbed.cli.vm_cmd:down", "Stop VMs and clean up their overlays."),
