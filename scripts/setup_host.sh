@@ -9,7 +9,22 @@
 # Idempotent and fast when everything is present (no apt-get at all). Needs root or sudo.
 # Used by `make host-setup` (and so `make test` and .ci/run) and by the Vagrantfile.
 # KVBED_SETUP_DRY_RUN=1 prints what would be done and changes nothing.
+#
+# FEMU (`kvbed femu build`) is built from source: its build packages are added when `--femu` is given
+# or when the vendored FEMU tarball (../shared/vendor/femu-*.tar.xz beside the repo) is present, so
+# `make host-setup` on a fresh CI machine prepares the build that `make test` runs (once, then cached).
 set -euo pipefail
+
+FEMU=0
+for a in "$@"; do
+    case $a in
+        --femu) FEMU=1 ;;
+        *) echo "setup_host: error: unknown option $a (only --femu)" >&2; exit 1 ;;
+    esac
+done
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENDOR=${KVBED_VENDOR_DIR:-$REPO/../shared/vendor}
+if compgen -G "$VENDOR/femu-*.tar.xz" >/dev/null; then FEMU=1; fi
 
 QEMU_MIN_MAJOR=10
 BACKPORTS_FILE=/etc/apt/sources.list.d/kvbed-bookworm-backports.sources
@@ -65,6 +80,20 @@ missing_pkgs() {
     done
     # the static busybox goes into the guest's initramfs (the dynamic 'busybox' package would not run there)
     pkg_installed busybox-static || echo busybox-static
+    if [ "$FEMU" = 1 ]; then femu_missing; fi
+}
+
+# FEMU's build (x86_64 system emulator only): compiler, ninja, flex/bison, and four libraries' headers
+declare -A FEMU_TOOLS=([gcc]=gcc [make]=make [ninja]=ninja-build [flex]=flex [bison]=bison [pkg-config]=pkg-config)
+declare -A FEMU_PC=([glib-2.0]=libglib2.0-dev [pixman-1]=libpixman-1-dev [slirp]=libslirp-dev)
+femu_missing() {
+    local t
+    for t in "${!FEMU_TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || echo "${FEMU_TOOLS[$t]}"; done
+    for t in "${!FEMU_PC[@]}"; do
+        if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists "$t"; then echo "${FEMU_PC[$t]}"; fi
+    done
+    [ -e /usr/include/libfdt.h ] || echo libfdt-dev  # Debian's libfdt-dev ships no .pc file
+    python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || echo python3-venv
 }
 pkg_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 

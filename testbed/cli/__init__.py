@@ -28,6 +28,7 @@ _COMMANDS = {
     "down": ("testbed.cli.vm_cmd:down", "Stop VMs and clean up their overlays."),
     "status": ("testbed.cli.vm_cmd:status", "List running VMs."),
     "image": ("testbed.cli.vm_cmd:image", "Build, list and remove guest images."),
+    "femu": ("testbed.cli.femu_cmd:femu", "Build FEMU (cached by source hash); its device options from kvbed's parameters."),
 }
 
 

@@ -1,5 +1,8 @@
 """`kvbed up|down|status|image`: QEMU VMs with an emulated conv/FDP/ZNS NVMe or CXL device.
 
+``--backend femu`` runs the guest on FEMU's QEMU (``kvbed femu build``) with FEMU's flash SSD as the
+conv/FDP/ZNS device, its options derived from the same parameters (``kvbed femu args`` shows how).
+
 Device parameters are the model's own dataclass fields (``ru_bytes=16MiB``,
 ``nruh=8``, ``zone_bytes=64MiB``, ``cxl_bytes=512MiB``) plus the VM's
 (``mem_bytes``, ``cpus``, ``mdts_bytes``, ``zasl_bytes``), given as ``k=v``
@@ -35,6 +38,8 @@ def _key_params(st_params: dict, device: str) -> str:
 @click.command("up")
 @click.option("--device", "-d", required=True, type=click.Choice(["conv", "fdp", "zns", "cxl"]),
               help="emulated device under test")
+@click.option("--backend", "-b", default="qemu", show_default=True, metavar="NAME",
+              help="emulator: qemu (stock QEMU 10) or femu (FEMU's flash SSD; `kvbed femu build` first)")
 @click.option("--name", "-n", default=None, help="VM name (default: <device><n>)")
 @click.option("--param", "-p", "params", multiple=True, metavar="K=V",
               help="device or VM parameter, e.g. ru_bytes=16MiB nruh=8 zone_bytes=64MiB mem_bytes=1GiB")
@@ -44,21 +49,24 @@ def _key_params(st_params: dict, device: str) -> str:
 @click.option("--boot-timeout", type=float, default=90.0, show_default=True, help="seconds to wait for the agent")
 @click.option("--json", "as_json", is_flag=True, help="print the VM's state as JSON")
 @click.argument("kv", nargs=-1, metavar="[K=V]...")
-def up(device, name, params, accel, port, boot_timeout, as_json, kv):
+def up(device, backend, name, params, accel, port, boot_timeout, as_json, kv):
     """Start a VM with an emulated DEVICE and wait until its guest agent answers."""
+    from testbed.vm.backends import BACKENDS
     from testbed.vm.vm import Vm
+
+    BACKENDS.get(backend.lower())  # unknown backend: one line listing them
 
     console = Console(stderr=True)
     t0 = time.monotonic()
     vm = Vm.up(device, name=name, overrides=list(params) + list(kv), accel=accel, port=port,
-               boot_timeout_s=boot_timeout, log=lambda s: console.print(f"[dim]{s}[/dim]"))
+               boot_timeout_s=boot_timeout, log=lambda s: console.print(f"[dim]{s}[/dim]"), backend=backend.lower())
     st = vm.state
     if as_json:
-        click.echo(json.dumps({"name": st.name, "device": st.device, "pid": st.pid, "port": st.port,
+        click.echo(json.dumps({"name": st.name, "device": st.device, "backend": st.backend, "pid": st.pid, "port": st.port,
                                "accel": st.accel, "boot_s": st.boot_s, "params": st.params,
                                "device_info": (st.agent or {}).get("info")}, indent=2))
     else:
-        click.echo(f"{st.name}: {st.device} VM up in {time.monotonic() - t0:.1f} s (agent on 127.0.0.1:{st.port}, "
+        click.echo(f"{st.name}: {st.device} VM ({st.backend}) up in {time.monotonic() - t0:.1f} s (agent on 127.0.0.1:{st.port}, "
                    f"{st.accel}, pid {st.pid}); {_key_params(st.params, st.device)}")
 
 
@@ -89,10 +97,10 @@ def status(as_json):
         click.echo("no VMs")
         return
     t = Table(title="kvbed VMs")
-    for col in ("name", "device", "state", "pid", "port", "accel", "boot s", "uptime s", "params"):
+    for col in ("name", "device", "backend", "state", "pid", "port", "accel", "boot s", "uptime s", "params"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["device"], r["state"], str(r["pid"]), str(r["port"]), r["accel"], f"{r['boot_s']:.1f}",
+        t.add_row(r["name"], r["device"], r.get("backend", "qemu"), r["state"], str(r["pid"]), str(r["port"]), r["accel"], f"{r['boot_s']:.1f}",
                   f"{r['uptime_s']:.0f}", _key_params(r["params"], r["device"]))
     Console().print(t)
 

@@ -236,3 +236,66 @@ def check_roundtrip(ops: dict[str, np.ndarray], tags: np.ndarray, completion, pa
     return {"check": "read_roundtrip", "ok": bool(m.any()) and len(bad) == 0, "expected": int(m.sum()),
             "observed": int(m.sum() - len(bad)), "first_bad_op": int(bad[0]) if len(bad) else None,
             "note": "reads whose crc32 equals that of the stamped data last written there"}
+
+
+class FemuFdpTracker:
+    """What FEMU's FDP log pages must show after a stream (hw/femu/bbssd/ftl-fdp.c).
+
+    FEMU counts flash: host bytes written (HBMW) rise by each write's bytes, media bytes (MBMW) by those
+    plus GC copies, media bytes erased (MBE) by erased reclaim units. Its RUH status RUAMW starts at
+    ``ru_bytes / LBA size`` and drops by one per *page* written into the handle's reclaim unit (FEMU's
+    own accounting). So exactly predictable: HBMW = bytes the agent wrote; MBMW >= HBMW; and, while no
+    handle fills its reclaim unit and no GC ran (MBE unchanged), RUAMW(pid) falls by the pages written
+    with that placement id and by nothing else. With GC or RU switches the RUAMW check is left out
+    (``skipped`` says why) rather than guessed.
+    """
+
+    def __init__(self, before: dict[str, Any], info: dict[str, Any]):
+        self.before = before
+        self.page_bytes = int(info["page_bytes"])
+        self.lba_bytes = int(info["lba_bytes"])
+        self.ru_bytes = int(before["fdp_configs"]["configs"][0]["ru_bytes"])
+        self.ruamw0 = np.array([r["ruamw_lbas"] for r in before["ruh_status"]], np.int64)
+        self.init = self.ru_bytes // self.lba_bytes
+        self.ru_pages = self.ru_bytes // self.page_bytes
+        self.pages_by_pid = np.zeros(len(self.ruamw0), np.int64)
+        self.bytes_by_pid = np.zeros(len(self.ruamw0), np.int64)
+        self.skipped: str | None = None
+
+    def feed(self, ops: dict[str, np.ndarray], completion) -> None:
+        n = len(completion.status)
+        op, pid, npg = _head(ops, n, "op", np.int8), _head(ops, n, "pid"), _head(ops, n, "npages")
+        w = _ok(completion) & (op == OP_WRITE)
+        pages = np.bincount(pid[w], weights=npg[w], minlength=len(self.ruamw0)).astype(np.int64)[: len(self.ruamw0)]
+        self.pages_by_pid += pages
+        self.bytes_by_pid += pages * self.page_bytes
+
+    def checks(self, after: dict[str, Any]) -> list[dict[str, Any]]:
+        b, a = self.before["fdp_stats"], after["fdp_stats"]
+        d_h = a["host_bytes_written"] - b["host_bytes_written"]
+        d_m = a["media_bytes_written"] - b["media_bytes_written"]
+        d_e = a["media_bytes_erased"] - b["media_bytes_erased"]
+        host = int(self.bytes_by_pid.sum())
+        out = [
+            {"check": "fdp_host_bytes_written", "ok": d_h == host, "expected": host, "observed": d_h,
+             "note": "FEMU's FDP statistics HBMW delta vs bytes the agent wrote"},
+            {"check": "fdp_media_covers_host", "ok": d_m >= d_h, "expected": f">= {d_h}", "observed": d_m,
+             "note": "FEMU's MBMW delta (host writes plus GC copies) is at least its HBMW delta"},
+        ]
+        used0 = self.init - self.ruamw0  # pages already in each handle's open RU
+        fills = used0 + self.pages_by_pid >= self.ru_pages
+        if d_e:
+            self.skipped = f"GC erased {d_e} bytes during the stream: RUAMW depends on FEMU's GC, not predicted"
+        elif fills.any():
+            self.skipped = (f"placement ids {[int(i) for i in np.flatnonzero(fills)]} filled a reclaim unit: "
+                            f"RUAMW after an RU switch is not predicted")
+        else:
+            expected = [int(x) for x in self.ruamw0 - self.pages_by_pid]
+            observed = [int(r["ruamw_lbas"]) for r in after["ruh_status"]]
+            out.append({"check": "ruh_available_media_writes", "ok": expected == observed, "expected": expected,
+                        "observed": observed,
+                        "pages_written_by_pid": {str(p): int(v) for p, v in enumerate(self.pages_by_pid)},
+                        "distinguishes_placement_ids": len(set(self.pages_by_pid.tolist())) > 1,
+                        "note": "FEMU's RUH status RUAMW per placement id: its value before minus the pages "
+                                "written with that id (FEMU decrements RUAMW by one per page)"})
+        return out

@@ -270,8 +270,11 @@ def params_to_dict(p: dict[str, Any]) -> dict[str, dict]:
 
 
 def build_argv(device_name: str, p: dict[str, Any], paths: VmPaths, *, accel: str, host_port: int, token: str,
-               qemu_bin: str = QEMU_BIN, guest_port: int = 5555) -> list[str]:
-    """The full QEMU command line for one VM."""
+               qemu_bin: str = QEMU_BIN, guest_port: int = 5555, backend: str = "qemu") -> list[str]:
+    """The full QEMU command line for one VM; ``backend`` (testbed.vm.backends) gives the device args."""
+    from testbed.vm.backends import backend as get_backend
+
+    be = get_backend(backend)
     dev = device(device_name)
     vm: VmParams = p["vm"]
     if accel not in ("kvm", "tcg"):
@@ -292,8 +295,10 @@ def build_argv(device_name: str, p: dict[str, Any], paths: VmPaths, *, accel: st
         "-m", dev.mem_args(p),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
     ]
+    bios, fw_args = be.firmware()
+    argv += fw_args
     if not dev.needs_seabios:
-        argv += ["-bios", QBOOT]
+        argv += ["-bios", bios]
     argv += [
         "-kernel", str(paths.kernel), "-initrd", str(paths.initrd), "-append", append,
         "-serial", f"file:{paths.console}",
@@ -303,7 +308,7 @@ def build_argv(device_name: str, p: dict[str, Any], paths: VmPaths, *, accel: st
         "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{host_port}-{GUEST_IP}:{guest_port}",
         "-device", "virtio-net-pci,netdev=n0,bus=pcie.0",
     ]
-    argv += dev.device_args(p, paths)
+    argv += be.device_args(device_name, p, paths)
     return argv
 
 

@@ -30,6 +30,11 @@ erases, wear, per-RUH     exactly the ops the guest completed
 zone resets, host GC      ``layout``: the replay's zone layout (host-side, as embedded)
 ========================  ==============================================================
 
+On a backend whose device counts flash (FEMU, :mod:`testbed.vm.backends`), an FDP VM's WAF, media
+bytes and erases come from its FDP statistics (``device log (FEMU FDP statistics)``), and
+``vm.device_vs_model`` puts the model's figures for the same completed command stream beside them
+with their ratio; the FDP cross-checks are FEMU's (:class:`~testbed.vm.checks.FemuFdpTracker`).
+
 A failed cross-check is never silent: result.json has ``"cross_checks_ok": false`` and the CLI prints
 one ``kvbed: cross-check FAILED`` line per failed check and exits with status 1 (the run directory is
 complete). A VM that dies, an agent that stops answering or a device that refuses an op stops the run:
@@ -56,7 +61,7 @@ from kvreplay.replay.engine import Replay, RunConfig, build_config
 from kvreplay.replay.params import LayoutParams, ReplayParams
 from testbed.core.errors import KvbedError
 from testbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
-from testbed.vm import checks, qemu, state
+from testbed.vm import backends, checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
 from testbed.vm.target import VmCompletion, VmTarget
 from testbed.vm.vm import Vm
@@ -163,7 +168,9 @@ class VmReplayTarget:
         self.tg = tg
         self.model = model
         info = tg.info
-        self.fdp = checks.FdpTracker(before, info) if info.get("fdp") else None
+        # QEMU's FDP counters follow the protocol (predicted exactly); FEMU's count flash (GC, erases)
+        tracker = checks.FemuFdpTracker if backends.backend(tg.vm.backend).flash_stats else checks.FdpTracker
+        self.fdp = tracker(before, info) if info.get("fdp") else None
         self.zns = checks.ZnsTracker(before["zone_report"], info) if info.get("zoned") else None
         self.submit_s = 0.0
         self.ops = 0
@@ -384,13 +391,23 @@ class VmReplay:
         else:
             job["host_bytes_written"] = int(guest.get("bytes_written", 0))
         sources = dict(SOURCES_NVME, host_bytes_written=host_src)
+        be = backends.backend(vm.backend)
+        versus = None
+        if be.flash_stats and is_fdp and fdp_log:
+            # the device counts flash: its WAF, media bytes and erases are the run's, the model's beside them
+            versus = _device_vs_model(fdp_log, model.counters(), pb, self.cfg.device_params["flash"], be.label)
+            dev = versus["device"]
+            job["waf"], job["media_bytes_written"] = dev["waf"], dev["media_bytes_written"]
+            job["erases"], job["media_bytes_erased"] = dev["erases"], dev["media_bytes_erased"]
+            sources.update(waf=dev["source"], media_bytes_written=dev["source"], erases=dev["source"])
         if tg.info["kind"] == "cxl":
             sources = {"lat_ns": "guest", "object_lat_ns": "guest", "host_bytes_written": "guest",
                        "media_bytes_written": "model", "waf": "model"}
         job["sources"] = sources
         res["sources"] = sources
         res["target"] = {
-            "kind": "vm", "vm": vm.name, "ephemeral": self.ephemeral, "device": vm.device, "accel": vm.state.accel,
+            "kind": "vm", "vm": vm.name, "ephemeral": self.ephemeral, "device": vm.device, "backend": vm.backend,
+            "accel": vm.state.accel,
             "image": vm.state.image, "backing": self.vm_params.backing if tg.info["kind"] != "cxl" else None,
             "qemu_params": vm.state.params, "link": to_dict(self.link),
             "agent": {k: tg.hello.get(k) for k in ("agent_version", "kernel", "python")},
@@ -426,6 +443,10 @@ class VmReplay:
             "cross_checks_ok": all(c["ok"] for c in cross) if cross else None,
             "cross_checks_skipped": skipped,
         }
+        if versus is not None:
+            res["vm"]["device_vs_model"] = versus
+        if tgt.fdp is not None and getattr(tgt.fdp, "skipped", None):
+            res["vm"]["cross_checks_not_predicted"] = tgt.fdp.skipped
         parts.setdefault("files", {})["vm.json"] = {
             "vm": res["target"], "qemu_pid": vm.pid, "boot_s": vm.state.boot_s, "device_info": tg.info,
             "logs_before": self.before,
@@ -509,6 +530,29 @@ def _layout_zone_check(rep: Replay, tg: VmTarget, report: list[dict]) -> dict[st
             "expected": int(n), "observed": int(n - len(bad)),
             "mismatches": {str(int(i)): {"expected": int(expected[i]), "observed": int(observed[i])} for i in bad[:20]},
             "note": "zones whose reported write pointer is where the replay's zone layout put it"}
+
+
+def _device_vs_model(fdp_log: dict[str, int], mc: dict[str, int], pb: int, flash, label: str) -> dict[str, Any]:
+    """A flash-counting device's FDP statistics and the model's figures on the same completed command
+    stream, side by side with their ratio (device / model); each names its source."""
+    block = flash.pages_per_block * pb
+    host, media, erased = (int(fdp_log.get(k, 0)) for k in ("host_bytes_written", "media_bytes_written",
+                                                             "media_bytes_erased"))
+    dev = {"source": f"device log ({label} FDP statistics)", "host_bytes_written": host,
+           "media_bytes_written": media, "media_bytes_erased": erased, "erases": erased // block,
+           "waf": media / host if host else None}
+    mh, mm = int(mc.get("host_pages_written", 0)) * pb, int(mc.get("media_pages_written", 0)) * pb
+    me = int(mc.get("block_erases", 0))
+    mod = {"source": "model", "host_bytes_written": mh, "media_bytes_written": mm, "media_bytes_erased": me * block,
+           "erases": me, "waf": mm / mh if mh else None}
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    return {"device": dev, "model": mod,
+            "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
+                                                         "media_bytes_erased", "erases")},
+            "note": f"ratio = {label} / model; erases in blocks of pages_per_block x page_bytes"}
 
 
 def _delta(before: dict | None, after: dict | None) -> dict[str, Any]:

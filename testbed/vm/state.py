@@ -35,6 +35,7 @@ class VmState:
     name: str
     device: str
     dir: str
+    backend: str = "qemu"  # testbed.vm.backends entry (qemu, femu)
     pid: int = 0
     pid_start: int = 0  # /proc/<pid>/stat field 22 (start time in clock ticks since boot)
     port: int = 0

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from testbed.core.errors import KvbedError
 from testbed.vm import accel as accel_mod
 from testbed.vm import image as image_mod
-from testbed.vm import paths, qemu, state
+from testbed.vm import backends, paths, qemu, state
 from testbed.vm.client import AgentClient, AgentError, AgentTimeout, VmDied, VmError
 
 DEFAULT_BOOT_TIMEOUT_S = 90.0
@@ -91,6 +91,10 @@ class Vm:
         return self.state.device
 
     @property
+    def backend(self) -> str:
+        return self.state.backend
+
+    @property
     def port(self) -> int:
         return self.state.port
 
@@ -113,7 +117,8 @@ class Vm:
         else:
             rc = None
         why = console_reason(self.state.file("console.log"))
-        qlog = _tail(self.state.file("qemu.log"), 5)
+        noise = backends.backend(self.state.backend).log_noise
+        qlog = [ln for ln in _tail(self.state.file("qemu.log"), 20) if not any(n in ln for n in noise)][-5:]
         tail = why or (qlog[-1] if qlog else None)
         code = f" (exit status {rc})" if rc is not None else ""
         return f"QEMU exited{code}" + (f": {tail}" if tail else "")
@@ -133,13 +138,19 @@ class Vm:
     @classmethod
     def up(cls, device: str, *, name: str | None = None, overrides=(), params: dict[str, Any] | None = None,
            accel: str = "auto", port: int | None = None, boot_timeout_s: float = DEFAULT_BOOT_TIMEOUT_S,
-           log: Callable[[str], None] | None = None, qemu_bin: str = qemu.QEMU_BIN,
-           die_with_parent: bool = False) -> "Vm":
+           log: Callable[[str], None] | None = None, qemu_bin: str | None = None,
+           die_with_parent: bool = False, backend: str = "qemu") -> "Vm":
         """Start a VM. ``die_with_parent``: QEMU gets SIGKILL when the calling thread's process ends (an
-        ephemeral VM must not outlive a ``kvbed replay`` that was killed); call it from the main thread."""
+        ephemeral VM must not outlive a ``kvbed replay`` that was killed); call it from the main thread.
+        ``backend``: the emulator (testbed.vm.backends: qemu, femu); it checks the device first."""
         log = log or (lambda s: None)
+        be = backends.backend(backend)
         p = params if params is not None else qemu.resolve_params(device, overrides)
-        qemu.device(device).validate(p)
+        be.check(device, p)
+        qemu_bin = qemu_bin or be.binary()
+        forced = be.forced_accel()
+        if forced and accel not in ("auto", forced[0]):
+            raise KvbedError(f"--accel {accel}: {forced[1]} (use --accel {forced[0]} or auto)")
         name = state.check_name(name) if name else _next_name(device)
         if port is not None and not (1 <= port <= 65535):
             raise KvbedError(f"--port must be in 1..65535, got {port}")
@@ -149,7 +160,7 @@ class Vm:
         if img is None:
             log("building the guest image (first run; about a minute)")
             img = image_mod.build(log=log)
-        choice = accel_mod.choose(accel, qemu_bin)
+        choice = accel_mod.AccelChoice(*forced) if forced else accel_mod.choose(accel, qemu_bin)
         root = paths.state_dir()
         root.mkdir(parents=True, exist_ok=True)
         d = root / name
@@ -160,7 +171,7 @@ class Vm:
             if existing and state.is_alive(existing):
                 raise KvbedError(f"VM {name} is already running (pid {existing.pid}, port {existing.port})") from None
             raise KvbedError(f"VM {name}: stale state in {d}: run `kvbed down {name}` first") from None
-        st = state.VmState(name=name, device=device, dir=str(d), accel=choice.accel, accel_reason=choice.reason,
+        st = state.VmState(name=name, device=device, dir=str(d), backend=backend, accel=choice.accel, accel_reason=choice.reason,
                            image=img.hash, params=qemu.params_to_dict(p), created_unix=time.time(),
                            token=secrets.token_hex(6))
         st.save()
@@ -205,7 +216,7 @@ class Vm:
                             str(d / "overlay.qcow2")], capture_output=True, text=True)
         if r.returncode != 0:
             raise KvbedError(f"qemu-img create failed: {r.stderr.strip() or r.returncode}")
-        nbytes = qemu.device(self.device).disk_bytes(p)
+        nbytes = backends.backend(self.backend).disk_bytes(self.device, p)
         if nbytes:
             with open(d / "nvme.raw", "wb") as f:
                 f.truncate(nbytes)  # sparse: costs nothing until written
@@ -220,11 +231,11 @@ class Vm:
         st = self.state
         st.port = port
         argv = qemu.build_argv(st.device, p, self._paths(img), accel=st.accel, host_port=port, token=st.token,
-                               qemu_bin=qemu_bin)
+                               qemu_bin=qemu_bin, backend=st.backend)
         st.argv = argv
         for f in ("console.log", "qemu.log"):
             st.file(f).unlink(missing_ok=True)
-        log(f"starting VM {st.name} ({st.device}, {st.accel}) on 127.0.0.1:{port}")
+        log(f"starting VM {st.name} ({st.device} on {st.backend}, {st.accel}) on 127.0.0.1:{port}")
         with open(st.file("qemu.log"), "wb") as qlog:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True,
@@ -337,7 +348,7 @@ def status() -> list[dict]:
         alive = state.is_alive(st)
         info = (st.agent or {}).get("info") or {}
         out.append({
-            "name": st.name, "device": st.device, "state": ("stopped" if state.is_stopped(st.pid) else "running") if alive else "dead",
+            "name": st.name, "device": st.device, "backend": st.backend, "state": ("stopped" if state.is_stopped(st.pid) else "running") if alive else "dead",
             "pid": st.pid, "port": st.port, "accel": st.accel, "boot_s": st.boot_s,
             "uptime_s": round(time.time() - st.ready_unix, 1) if alive and st.ready_unix else 0.0,
             "capacity_bytes": int(info.get("capacity_pages", 0)) * int(info.get("page_bytes", 0)),

@@ -1,0 +1,263 @@
+"""FEMU's device options from kvbed's parameter dataclasses, and refusals of what FEMU cannot express.
+
+FEMU (hw/femu, QEMU 10.1) emulates a flash SSD: the black-box SSD (``femu_mode=1``, conv), the same
+with WARP's FDP (``femu_mode=1`` + a ``femu-subsys`` with ``fdp=on``) and a ZNS SSD (``femu_mode=3``).
+Its geometry is its own; kvbed derives every option from the model's dataclasses so the FEMU device and
+the model of a replay are the same device as far as FEMU can express it. The mapping (FEMU option <-
+kvbed field; ``kvbed femu args --device fdp`` prints it for given parameters):
+
+=====================  =========================================================================
+``devsz_mb``           FlashParams.logical_bytes / MiB (whole MiB); FEMU keeps it in host RAM
+``secsz``              512: FEMU's LBA (lba_index 0); ``secs_per_pg`` = page_bytes / 512, so
+                       FEMU's page (its mapping unit) is the model's mapping unit ``page_bytes``
+``pgs_per_blk``        FlashParams.pages_per_block (mapping units per block)
+``nchs``/``luns_per_ch``  channels / dies_per_channel; ``pls_per_lun`` = 1
+``blks_per_pl``        the model's line count (lines of one block per die, from logical_bytes and
+                       op_ratio exactly as the model lays them out): FEMU's lines are one block on
+                       every LUN, so blocks_per_line must be 0 (full stripe)
+``pg_rd_lat``          page_read_ns x NAND pages per unit; ``pg_wr_lat`` likewise with
+                       page_program_ns; ``blk_er_lat`` = block_erase_ns x NAND blocks per block;
+                       ``ch_xfer_lat`` = the unit's transfer time at channel_bytes_per_s
+``gc_thres_pcent``     the integer percent p with int((1 - p/100) x lines) = gc_bg_free_lines
+                       (FEMU collects in the background at that many free lines/RUs);
+                       ``gc_thres_pcent_high`` likewise from gc_fg_free_lines (the write waits)
+``gc_policy`` (conv)   greedy, random, cost-benefit, fifo; ``gc_strategy`` (fdp): greedy=0,
+                       cost-benefit=1, random=2
+``mdts``               log2(VmParams.mdts_bytes / 4 KiB)
+``fdp.nruh``/``fdp.nrg``  FdpParams.nruh / nrg (1: placement ids are handle indexes)
+``fdp.runs``           FdpParams.ru_bytes, which must be FEMU's RU: one line (dies x
+                       pages_per_block x page_bytes); ``fdp.nru`` = the line count
+``fdp.isolation_mode`` 0: every RUH persistently isolated (ruh_type=persistently)
+``zns_num_ch``/``zns_num_lun``  channels / dies_per_channel; ``zns_num_plane`` = 1
+``zns_num_blk``        zones (logical_bytes / zone_bytes, at most 255): FEMU's zone is
+                       chnls x luns x planes x (size / 16 KiB / (chnls x luns x blks)) x 16 KiB,
+                       which equals zone_bytes when zone_bytes is a multiple of 16 KiB x dies
+``zns_zone_cap``       ZnsParams.zone_cap_bytes; ``zns_max_open``/``zns_max_active`` likewise
+``zns_flash_type``     the FEMU flash type whose fixed read/program latency equals
+                       page_read_ns/page_program_ns (FEMU's ZNS timing is per type)
+=====================  =========================================================================
+
+Refused (one line naming each field and what FEMU would need): blocks_per_line other than a full
+stripe; ru_bytes other than one line; ruh_type=initially (FEMU isolates every RUH persistently, or all
+but the last); nrg > 1; gc_bg_trigger=idle (FEMU collects on a threshold); gc_separate_frontier=true
+for conv (FEMU's GC writes at the host's write pointer); write_buffer_bytes > 0; timing=false; a GC
+policy FEMU does not have; sizes that are not whole MiB; ZNS timing that is none of FEMU's types.
+Fields FEMU has no notion of and that do not change the device (seed, pe_cycles_rated,
+nand_page_bytes beyond the latencies, gc_d_choices for other policies) are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from devicemodels.params import FdpParams, FlashParams, MiB, ZnsParams
+from testbed.core.errors import KvbedError
+from testbed.core.params import format_size
+from testbed.core.registry import Registry
+
+FEMU_LBA_BYTES = 512
+ZNS_PAGE_BYTES = 16 * 1024  # hw/femu/zns/zns.h ZNS_PAGE_SIZE
+#: hw/femu/zns/zns.h: (read ns, program ns) of FEMU's ZNS flash types, by the nand.h FlashType value
+ZNS_FLASH_TYPES = {"slc": (1, 4_000, 75_000), "tlc": (3, 32_000, 937_500), "qlc": (4, 85_000, 12_196_000)}
+CONV_GC_POLICIES = ("greedy", "random", "cost-benefit", "fifo")  # hw/femu/bbssd/ftl-line-gc.c
+FDP_GC_STRATEGIES = {"greedy": 0, "cost-benefit": 1, "random": 2}  # hw/femu/bbssd/ftl.h GC_GLOBAL_*
+INT32_MAX = 2**31 - 1
+#: host memory FEMU's QEMU needs beyond the guest's RAM and the in-RAM device (QEMU itself, FTL tables)
+HOST_OVERHEAD_BYTES = 512 * MiB
+
+
+class Row(NamedTuple):
+    device: str  # femu | femu-subsys
+    option: str
+    value: Any
+    source: str  # the kvbed field (or fixed reason) it comes from
+
+
+@dataclass
+class FemuMapping:
+    """FEMU's options for one device with where each comes from, plus the host memory it needs."""
+
+    rows: list[Row] = field(default_factory=list)
+    host_bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, device: str, option: str, value: Any, source: str) -> None:
+        self.rows.append(Row(device, option, value, source))
+
+    def refuse(self, msg: str) -> None:
+        self.problems.append(msg)
+
+    def args(self, *, bus: str = "pcie.0") -> list[str]:
+        out = []
+        for dev, ident in (("femu-subsys", "id=femu-subsys-0"), ("femu", "id=femu0")):
+            opts = [f"{r.option}={r.value}" for r in self.rows if r.device == dev]
+            if opts:
+                extra = [f"bus={bus}"] if dev == "femu" else []
+                out += ["-device", ",".join([dev, ident, *opts, *extra])]
+        return out
+
+
+FEMU_DEVICES: Registry[Callable[[dict[str, Any], FemuMapping], None]] = Registry("FEMU device")
+
+
+def _percent_for(lines: int, free: int) -> int | None:
+    """The integer percent p FEMU turns into ``int((1 - p / 100.0) * lines)`` free lines (C double math)."""
+    for p in range(0, 101):
+        if int((1 - p / 100.0) * lines) == free:
+            return p
+    return None
+
+
+def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
+    """The black-box SSD's geometry and timing (conv and fdp); returns the line count."""
+    from devicemodels import ftl_state
+
+    if fl.logical_bytes % MiB:
+        m.refuse(f"logical_bytes={fl.logical_bytes} (FEMU's devsz_mb needs whole MiB)")
+    if fl.page_bytes % FEMU_LBA_BYTES:
+        m.refuse(f"page_bytes={fl.page_bytes} (FEMU's page is a whole number of 512-byte sectors)")
+    if fl.blocks_per_line not in (0, fl.dies):
+        m.refuse(f"blocks_per_line={fl.blocks_per_line} (FEMU's line is one block on every die: 0 or {fl.dies})")
+    if fl.gc_bg_trigger != "threshold":
+        m.refuse(f"gc_bg_trigger={fl.gc_bg_trigger} (FEMU collects when free lines reach its threshold: threshold)")
+    if fl.write_buffer_bytes:
+        m.refuse(f"write_buffer_bytes={format_size(fl.write_buffer_bytes)} (FEMU's SSD has no write buffer: 0)")
+    if not fl.timing:
+        m.refuse("timing=false (FEMU always emulates NAND latency: true)")
+    try:
+        geo, _ = ftl_state.build(fl, fdp) if not m.problems else (None, None)
+    except KvbedError as exc:
+        m.refuse(str(exc))
+        geo = None
+    if geo is None:
+        return 0
+    lines = geo.N
+    m.add("femu", "devsz_mb", fl.logical_bytes // MiB, "logical_bytes / MiB")
+    m.add("femu", "namespaces", 1, "one namespace")
+    m.add("femu", "femu_mode", 1, "black-box SSD")
+    m.add("femu", "secsz", FEMU_LBA_BYTES, "FEMU's LBA (lba_index 0)")
+    m.add("femu", "secs_per_pg", fl.page_bytes // FEMU_LBA_BYTES, "page_bytes / 512")
+    m.add("femu", "pgs_per_blk", fl.pages_per_block, "pages_per_block")
+    m.add("femu", "blks_per_pl", lines, "lines of the model's layout (logical_bytes, op_ratio)")
+    m.add("femu", "pls_per_lun", 1, "one plane")
+    m.add("femu", "luns_per_ch", fl.dies_per_channel, "dies_per_channel")
+    m.add("femu", "nchs", fl.channels, "channels")
+    for opt, v, src in (("pg_rd_lat", geo.read_ns, "page_read_ns x NAND pages per page"),
+                        ("pg_wr_lat", geo.prog_ns, "page_program_ns x NAND pages per page"),
+                        ("blk_er_lat", geo.erase_ns, "block_erase_ns x NAND blocks per block"),
+                        ("ch_xfer_lat", geo.xfer_ns, "page_bytes / channel_bytes_per_s")):
+        if v > INT32_MAX:
+            m.refuse(f"{src.split()[0]} gives {opt}={v} ns (FEMU's option is a 32-bit int)")
+        m.add("femu", opt, v, src)
+    for opt, free, name in (("gc_thres_pcent", fl.gc_bg_free_lines, "gc_bg_free_lines"),
+                            ("gc_thres_pcent_high", fl.gc_fg_free_lines, "gc_fg_free_lines")):
+        p = _percent_for(lines, free)
+        if p is None:
+            m.refuse(f"{name}={free} (FEMU's threshold is an integer percent of {lines} lines; "
+                     f"no percent gives {free})")
+        else:
+            m.add("femu", opt, p, f"{name}={free} of {lines} lines")
+    m.host_bytes = fl.logical_bytes + HOST_OVERHEAD_BYTES
+    return lines
+
+
+def _mdts(m: FemuMapping, vm) -> None:
+    m.add("femu", "mdts", (vm.mdts_bytes // 4096).bit_length() - 1, "log2(mdts_bytes / 4 KiB)")
+
+
+@FEMU_DEVICES.register("conv")
+def conv_args(p: dict[str, Any], m: FemuMapping) -> None:
+    fl: FlashParams = p["flash"]
+    if fl.gc_separate_frontier:
+        m.refuse("gc_separate_frontier=true (FEMU's GC writes at the host's write pointer: false)")
+    if fl.gc_policy not in CONV_GC_POLICIES:
+        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's line GC has {', '.join(CONV_GC_POLICIES)})")
+    _geometry(m, fl, None)
+    if not m.problems:
+        m.add("femu", "gc_policy", fl.gc_policy, "gc_policy")
+        m.add("femu", "serial", "kvbedfemuconv0", "fixed")
+    _mdts(m, p["vm"])
+
+
+@FEMU_DEVICES.register("fdp")
+def fdp_args(p: dict[str, Any], m: FemuMapping) -> None:
+    fl: FlashParams = p["flash"]
+    fd: FdpParams = p["fdp"]
+    line_bytes = fl.dies * fl.pages_per_block * fl.page_bytes
+    if fd.ru_bytes != line_bytes:
+        m.refuse(f"ru_bytes={format_size(fd.ru_bytes)} (FEMU's reclaim unit is one line: channels x "
+                 f"dies_per_channel x pages_per_block x page_bytes = {format_size(line_bytes)})")
+    if fd.nrg != 1:
+        m.refuse(f"nrg={fd.nrg} (placement ids are handle indexes: 1)")
+    if fd.ruh_type != "persistently":
+        m.refuse(f"ruh_type={fd.ruh_type} (FEMU isolates its RUHs persistently: persistently)")
+    if fl.gc_policy not in FDP_GC_STRATEGIES:
+        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's FDP GC has {', '.join(FDP_GC_STRATEGIES)})")
+    lines = _geometry(m, fl, fd if not m.problems else None)
+    if m.problems:
+        return
+    m.add("femu-subsys", "nqn", "kvbed-fdp", "fixed")
+    m.add("femu-subsys", "fdp", "on", "FDP")
+    m.add("femu-subsys", "fdp.nruh", fd.nruh, "nruh")
+    m.add("femu-subsys", "fdp.nrg", fd.nrg, "nrg")
+    m.add("femu-subsys", "fdp.nru", lines, "one RU per line")
+    m.add("femu-subsys", "fdp.runs", fd.ru_bytes, "ru_bytes (= one line)")
+    m.add("femu-subsys", "fdp.isolation_mode", 0, "ruh_type=persistently")
+    m.add("femu", "gc_strategy", FDP_GC_STRATEGIES[fl.gc_policy], f"gc_policy={fl.gc_policy}")
+    m.add("femu", "serial", "kvbedfemufdp0", "fixed")
+    _mdts(m, p["vm"])
+    m.add("femu", "subsys", "femu-subsys-0", "the FDP subsystem")
+
+
+@FEMU_DEVICES.register("zns")
+def zns_args(p: dict[str, Any], m: FemuMapping) -> None:
+    fl: FlashParams = p["flash"]
+    z: ZnsParams = p["zns"]
+    vm = p["vm"]
+    if fl.logical_bytes % MiB:
+        m.refuse(f"logical_bytes={fl.logical_bytes} (FEMU's devsz_mb needs whole MiB)")
+    nzones = fl.logical_bytes // z.zone_bytes
+    if nzones > 255:
+        m.refuse(f"zone_bytes={format_size(z.zone_bytes)} gives {nzones} zones (FEMU's zns_num_blk is 8 bits: "
+                 f"at most 255 zones)")
+    unit = ZNS_PAGE_BYTES * fl.dies
+    if z.zone_bytes % unit:
+        m.refuse(f"zone_bytes={format_size(z.zone_bytes)} (FEMU's zone is whole 16 KiB pages on every die: "
+                 f"a multiple of {format_size(unit)})")
+    ftype = next((k for k, (_, r, w) in ZNS_FLASH_TYPES.items()
+                  if (r, w) == (fl.page_read_ns, fl.page_program_ns)), None)
+    if ftype is None:
+        kinds = ", ".join(f"{k}: page_read_ns={r} page_program_ns={w}" for k, (_, r, w) in ZNS_FLASH_TYPES.items())
+        m.refuse(f"page_read_ns={fl.page_read_ns} page_program_ns={fl.page_program_ns} (FEMU's ZNS timing is "
+                 f"one of its flash types: {kinds})")
+    if m.problems:
+        return
+    m.add("femu", "devsz_mb", fl.logical_bytes // MiB, "logical_bytes / MiB")
+    m.add("femu", "namespaces", 1, "one namespace")
+    m.add("femu", "femu_mode", 3, "ZNS SSD")
+    m.add("femu", "zns_num_ch", fl.channels, "channels")
+    m.add("femu", "zns_num_lun", fl.dies_per_channel, "dies_per_channel")
+    m.add("femu", "zns_num_plane", 1, "one plane")
+    m.add("femu", "zns_num_blk", nzones, "logical_bytes / zone_bytes (one block row per zone)")
+    m.add("femu", "zns_zone_cap", z.zone_cap_bytes, "zone_cap_bytes")
+    m.add("femu", "zns_max_open", z.max_open_zones, "max_open_zones")
+    m.add("femu", "zns_max_active", z.max_active_zones, "max_active_zones")
+    m.add("femu", "zns_flash_type", ZNS_FLASH_TYPES[ftype][0], f"page_read_ns/page_program_ns = {ftype}")
+    m.add("femu", "zns_zasl_bs", vm.zasl_bytes, "zasl_bytes (0 = mdts)")
+    m.add("femu", "serial", "kvbedfemuzns0", "fixed")
+    _mdts(m, vm)
+    m.host_bytes = fl.logical_bytes + HOST_OVERHEAD_BYTES
+
+
+def femu_mapping(device: str, p: dict[str, Any], *, check: bool = True) -> FemuMapping:
+    """FEMU's options for ``device`` with parameters ``p`` (resolved groups incl. ``vm``); with ``check``,
+    anything FEMU cannot express is one KvbedError line naming every such field."""
+    if device not in FEMU_DEVICES:
+        raise KvbedError(f"FEMU has no {device} device (FEMU devices: {', '.join(FEMU_DEVICES.names())})")
+    m = FemuMapping()
+    FEMU_DEVICES.get(device)(p, m)
+    m.host_bytes += p["vm"].mem_bytes
+    if check and m.problems:
+        raise KvbedError(f"FEMU cannot express: {'; '.join(m.problems)}")
+    return m
