@@ -2,8 +2,11 @@
 
 It needs no downloaded data and exercises what placement hints can exploit:
 
-* tenants, each with its own system prompt (a prefix shared by all its requests)
-  and a workload profile, cycling through:
+* tenants, each with its own system prompt (a prefix shared by all its requests),
+  optionally preceded by a platform preamble common to every tenant
+  (``shared_prompt_tokens``: prefixes shared across tenants, what a global prefix
+  cache reuses and a per-tenant ``cache_salt`` keeps apart), and a workload
+  profile, cycling through:
   - ``chat``: multi-turn sessions; each turn's prompt is the whole conversation
     so far (previous outputs included), turns separated by user think time
   - ``rag``: one to three documents from a shared corpus with Zipf popularity,
@@ -60,6 +63,8 @@ class SynthParams:
     profile_weights: str = param("chat=0.35,rag=0.30,agent=0.20,batch=0.15", "share of sessions per profile")
     block_tokens: int = param(64, "tokens per block id")
     system_prompt_tokens: int = param(1500, "mean system prompt (lognormal, sigma 0.3), one prompt per tenant")
+    shared_prompt_tokens: int = param(0, "platform preamble before every tenant's system prompt (a prefix shared "
+                                         "across tenants; tenants on another adapter make other KV of it); 0 = none")
     chat_turns: float = param(6.0, "mean turns per chat session (geometric)")
     chat_user_tokens: int = param(200, "chat: tokens of a user turn")
     chat_output_tokens: int = param(300, "chat: tokens of an answer")
@@ -108,6 +113,20 @@ class SynthParams:
         if not out or sum(out.values()) <= 0:
             raise KvbedError("synth profile_weights: at least one profile needs a positive weight")
         return out
+
+
+#: fields added after synthetic traces were first written, with the value that generates what kvbed did
+#: before them: recorded only when they differ (see kvreplay.tiers.sim.LATER_FIELDS)
+LATER_FIELDS = {"shared_prompt_tokens": 0}
+
+
+def recorded_settings(p: SynthParams) -> dict[str, Any]:
+    """The settings a synthetic trace records (``generator.synth``)."""
+    d = dataclasses.asdict(p)
+    for k, v in LATER_FIELDS.items():
+        if d[k] == v:
+            del d[k]
+    return d
 
 
 def tenant_names(n: int) -> list[str]:
@@ -164,6 +183,7 @@ def synthesize(p: SynthParams, tier: TierSimParams = SYNTH_TIER_DEFAULTS) -> Req
     doc_p = ranks ** -p.rag_zipf_alpha
     doc_p /= doc_p.sum()
     doc_perm = rng.permutation(p.rag_corpus_docs)  # popularity rank -> doc id
+    preamble = [(g.uid(), p.shared_prompt_tokens)] if p.shared_prompt_tokens > 0 else []
 
     n_sessions = int(rng.poisson(p.sessions_per_s * p.duration_s))
     starts = np.sort(rng.uniform(0.0, p.duration_s, n_sessions))
@@ -173,7 +193,7 @@ def synthesize(p: SynthParams, tier: TierSimParams = SYNTH_TIER_DEFAULTS) -> Req
         t = int(sess_tenant[s])
         prof = profile_of[t]
         now = float(starts[s])
-        base = [sys_prompt[t]]
+        base = preamble + [sys_prompt[t]]
         emit = lambda segs, out, turn: g.reqs.append((now, s, turn, t, list(segs), out))  # noqa: E731
 
         def ask(hist, msg_tokens, out_tokens, think_s, turn):

@@ -4,7 +4,6 @@ study's trace is byte for byte the one the command would write."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,9 +24,9 @@ def import_trace(fmt: str, src: str | Path, tier: TierSimParams, out: str | Path
 def synth_trace(sp: Any, tier: TierSimParams, out: str | Path, *,
                 progress: Callable[[int, int], None] | None = None) -> tuple[TierSimResult, TraceMeta]:
     """Generate the synthetic workload ``sp`` (SynthParams) and tier-simulate it into ``out``."""
-    from kvreplay.synth import synth_facts, synthesize
+    from kvreplay.synth import recorded_settings, synth_facts, synthesize
 
     reqs = synthesize(sp, tier)
     meta = TraceMeta(source={"importer": "synth"}, source_facts=synth_facts(sp, reqs),
-                     generator={"synth": dataclasses.asdict(sp)})
+                     generator={"synth": recorded_settings(sp)})
     return simulate_to_file(reqs, tier, out, meta, progress=progress), meta

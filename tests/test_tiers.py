@@ -577,7 +577,7 @@ def _chunk_hashes(off, ids, inp, scope):
     from kvreplay.tiers.chunking import _chunk_hashes as ch, _count_chunks
 
     o = _count_chunks(off, inp, 16, 64)
-    return ch(off, ids, inp, scope.astype(np.int64), 16, 64, o)[0]
+    return ch(off, ids, inp, scope.astype(np.int64), np.zeros(len(inp), np.uint64), 16, 64, o)[0]
 
 
 def test_chunking_across_block_sizes():

@@ -9,6 +9,10 @@ model or adapter version makes different KV from the same tokens). This is
 right whether or not the source ids are themselves chained, and works for
 objects smaller than a source block (Mooncake: 512-token ids) or larger
 (Alibaba: 16-token ids). Tokens beyond the last block id are not cacheable.
+
+A request's salt (its sharing domain, :mod:`kvreplay.tiers.sharing`; 0 = none) is hashed in
+after the scope, as vLLM hashes ``cache_salt`` into a prompt's first block: equal token
+prefixes of two domains get different keys.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def _count_chunks(block_offsets, input_tokens, B, T):
 
 
 @njit
-def _chunk_hashes(block_offsets, block_ids, input_tokens, scope, B, T, off):
+def _chunk_hashes(block_offsets, block_ids, input_tokens, scope, salt, B, T, off):
     n = input_tokens.shape[0]
     m = off[n]
     hashes = np.empty(m, np.uint64)
@@ -58,6 +62,8 @@ def _chunk_hashes(block_offsets, block_ids, input_tokens, scope, B, T, off):
         nb = block_offsets[r + 1] - b0
         covered = min(input_tokens[r], nb * B)
         h = hash_combine(_GOLD, np.uint64(scope[r]) + np.uint64(1))
+        if salt[r] != 0:
+            h = hash_combine(h, salt[r])
         j = off[r]
         a = 0
         while a < covered:
@@ -72,10 +78,15 @@ def _chunk_hashes(block_offsets, block_ids, input_tokens, scope, B, T, off):
     return hashes, ntok
 
 
-def chunk_requests(block_offsets, block_ids, input_tokens, scope, block_tokens: int, tokens_per_object: int):
-    """Return (chunk_offsets[n+1], key index per chunk, tokens per chunk, tokens per key, scope per key)."""
+def chunk_requests(block_offsets, block_ids, input_tokens, scope, block_tokens: int, tokens_per_object: int,
+                   salt=None):
+    """Return (chunk_offsets[n+1], key index per chunk, tokens per chunk, tokens per key, scope per key).
+    ``salt``: uint64 per request (its sharing domain; None or 0 = no salt)."""
     off = _count_chunks(block_offsets, input_tokens, int(block_tokens), int(tokens_per_object))
-    hashes, ntok = _chunk_hashes(block_offsets, block_ids, input_tokens, scope, int(block_tokens), int(tokens_per_object), off)
+    if salt is None:
+        salt = np.zeros(len(input_tokens), np.uint64)
+    hashes, ntok = _chunk_hashes(block_offsets, block_ids, input_tokens, scope, np.ascontiguousarray(salt, np.uint64),
+                                 int(block_tokens), int(tokens_per_object), off)
     uniq, first, inv = np.unique(hashes, return_index=True, return_inverse=True)
     key_ntok = ntok[first].astype(np.int64)
     req_of_chunk = np.repeat(np.arange(len(input_tokens)), np.diff(off))

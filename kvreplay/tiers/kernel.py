@@ -120,12 +120,22 @@ from kvreplay.tiers.state import (
     SC_POS,
     SC_SOFT,
     SSD,
+    TN_IN0,
+    TN_RES0,
+    TN_XIN,
+    TN_XIN_BYTES,
+    TN_XIN_TOKENS,
+    TN_XOUT,
+    TN_XOUT_BYTES,
     W_GHOST,
     W_MAIN,
     W_NONE,
     W_SMALL,
     SPILL,
     WRITE_THROUGH,
+    XT_BYTES,
+    XT_CHUNKS,
+    XT_TOKENS,
 )
 
 # ----------------------------------------------------------------------------- queues
@@ -321,6 +331,7 @@ def _end_copy(st, t, k, ts, req, sess, op_if_shared):
     S[t, k, S_OI] = 0
     OA[o, OA_COPIES] -= 1
     nb = OA[o, OA_NBYTES]
+    st.TN[OA[o, OA_TENANT], TN_RES0 + t] -= nb
     op = op_if_shared
     if OA[o, OA_COPIES] == 0:
         if op_if_shared == OP_EVICT:
@@ -337,6 +348,23 @@ def _end_copy(st, t, k, ts, req, sess, op_if_shared):
     else:
         CT[t, CT_INVAL] += 1
         CT[t, CT_INVAL_BYTES] += nb
+
+
+@kernel(inline="always")
+def _cross_tenant(st, t, k, o, ten, ntok):
+    """Chunk k served from tier t (hit or load of object o) to a request of tenant ``ten``, which did
+    not create o: the reuse a shared cache gives across tenants (and what a timing attack observes)."""
+    XT, TN = st.XT, st.TN
+    nb = st.S[t, k, S_CB]
+    XT[t, XT_CHUNKS] += 1
+    XT[t, XT_BYTES] += nb
+    XT[t, XT_TOKENS] += ntok
+    TN[ten, TN_XIN] += 1
+    TN[ten, TN_XIN_BYTES] += nb
+    TN[ten, TN_XIN_TOKENS] += ntok
+    g = st.OA[o, OA_TENANT]
+    TN[g, TN_XOUT] += 1
+    TN[g, TN_XOUT_BYTES] += nb
 
 
 @kernel(inline="always")
@@ -381,6 +409,9 @@ def _place(cfg, st, t, k, o, ts, req, sess, op):
     pol_insert(cfg, st, t, k, OA[o, OA_NBYTES])
     st.S[t, k, S_OI] = o
     OA[o, OA_COPIES] += 1
+    g = OA[o, OA_TENANT]
+    st.TN[g, TN_IN0 + t] += OA[o, OA_NBYTES]
+    st.TN[g, TN_RES0 + t] += OA[o, OA_NBYTES]
     _emit(st, ts, op, o, t, req, sess)
     if op == OP_PERSIST:
         CT[t, CT_PERSIST] += 1
@@ -631,13 +662,14 @@ def run_kernel(rq, cfg, st):
             G[G_HIT_CHUNKS] += 1
             G[G_HIT_TOKENS] += chunk_ntok[j]
             pin[k] = r
+            o = S[t, k, S_OI]
+            if OA[o, OA_TENANT] != ten:
+                _cross_tenant(st, t, k, o, ten, chunk_ntok[j])
             if t == GPU:
-                o = S[GPU, k, S_OI]
                 _emit(st, ts, OP_HIT, o, GPU, r, sess)
                 pol_touch(cfg, st, GPU, k)
                 _touch_ttl(cfg, st, k, OA[o, OA_TENANT], ts)
                 continue
-            o = S[t, k, S_OI]
             _emit(st, ts, OP_LOAD, o, t, r, sess)
             CT[t, CT_LOAD] += 1
             CT[t, CT_LOAD_BYTES] += OA[o, OA_NBYTES]
@@ -660,6 +692,7 @@ def run_kernel(rq, cfg, st):
                 for u in range(1, t):
                     if cap[u] > 0 and not _present(st, u, k):
                         _admit(cfg, st, u, k, x, GPU, ts, r, sess)
+        st.req_hit[r] = h
         # 2. prefill the rest, chunk by chunk
         prev_obj = 0
         if h > 0:

@@ -21,6 +21,11 @@ The model (every number is a :class:`TierSimParams` field, overridable):
   stores a derived object (``transform`` with parent = the exact object, size
   scaled by the kind's ratio); loading it rebuilds an exact object (``transform``
   again, parent = the derived one).
+* Sharing domains (``share``, :mod:`kvreplay.tiers.sharing`): a prefix is reused only by requests
+  of the domain that made it - the request itself, its session, its tenant, or anyone (``global``),
+  as with vLLM's and SGLang's ``cache_salt``. Every domain shares the tiers' capacity. The report's
+  ``share`` section gives hit ratios per tenant, the bytes each tenant's objects write into each
+  tier and the cross-tenant hits (a hit or load of an object another tenant created).
 * Retention (``ttl_s``, per tenant ``ttl_tenants``): like the prompt caches of
   LLM APIs, a chunk not used for its tenant's TTL is deleted from every tier at
   that moment (refreshed on each hit/load/recompute). Scope invalidations
@@ -60,6 +65,7 @@ from kvreplay.tiers import kernel as K
 from kvreplay.tiers import state as TS
 from kvreplay.tiers.geometry import DEFAULT_MODEL, DTYPE_BYTES, MODELS, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
+from kvreplay.tiers.sharing import SHARE_CHOICES, salts
 from testbed.core.errors import KvbedError
 from testbed.core.params import check_choice, check_fields, name_value_pairs, nonneg_number, param
 
@@ -78,6 +84,8 @@ class TierSimParams:
                        choices=tuple(MODELS))
     kv_dtype: str = param("bf16", "KV element type", choices=tuple(DTYPE_BYTES))
     tokens_per_object: int = param(256, "storage object = chunk of this many prompt tokens (LMCache chunk: 256)")
+    share: str = param("global", "sharing domain of cached prefixes (cache_salt): reused only within the same "
+                                 "request, session, tenant, or by anyone (global)", choices=SHARE_CHOICES)
     gpu_bytes: int = param(128 * GiB, "HBM available to the prefix cache, all GPUs together")
     cpu_bytes: int = param(512 * GiB, "host DRAM KV pool (0 = none)")
     cxl_bytes: int = param(0, "CXL memory tier between DRAM and SSD (0 = none)")
@@ -158,13 +166,20 @@ class TierSimParams:
         return self.ssd_kind, per
 
 
+#: fields added after traces were first written, with the value that behaves as kvbed did before them:
+#: a trace's settings record such a field only when it differs, so a trace of the old behaviour keeps
+#: its metadata byte for byte (tests/test_golden.py) and a reader takes a missing key as that value
+LATER_FIELDS = {"share": "global"}
+
+
 @dataclass
 class TierSimResult:
     events: int
     objects: int
-    tier_stats: dict[str, Any]
+    tier_stats: dict[str, Any]  # what the trace records (see share_recorded)
     counters: dict[str, Any]
     elapsed_s: float
+    share: dict[str, Any]  # sharing-domain report (share_report), always computed
     state: dict[str, np.ndarray] | None = None  # final kernel state (tests check its invariants)
 
 
@@ -201,13 +216,19 @@ def simulate(
     counters = {name: int(st.G[i]) for i, name in enumerate(TS.G_NAMES)}
     counters.update(chunk_references=len(rq.chunk_key), distinct_chunks=len(rq.scope_keys), objects=objects,
                     events=total)
+    tier_stats = tier_report(params, st.CT, st.G, st.Q)
+    share = share_report(params, reqs, rq, st)
+    if share_recorded(share):
+        tier_stats["share"] = share
     return TierSimResult(
         events=total,
         objects=objects,
-        tier_stats=tier_report(params, st.CT, st.G, st.Q),
+        tier_stats=tier_stats,
         counters=counters,
         elapsed_s=time.perf_counter() - t_start,
-        state={"Q": st.Q, "S": st.S, "OA": st.OA[: objects + 1], "inst": st.inst, "cap": cfg.cap},
+        share=share,
+        state={"Q": st.Q, "S": st.S, "OA": st.OA[: objects + 1], "inst": st.inst, "cap": cfg.cap,
+               "req_hit": st.req_hit, "XT": st.XT, "TN": st.TN},
     )
 
 
@@ -257,8 +278,84 @@ def tier_report(params: TierSimParams, CT: np.ndarray, G: np.ndarray, Q: np.ndar
     return out
 
 
+def share_report(params: TierSimParams, reqs: RequestTrace, rq: TS.TierRequests, st: TS.TierState
+                 ) -> dict[str, Any]:
+    """Reuse inside the sharing domains, per tenant, and across tenants (from the kernel's per-request
+    reused prefixes ``req_hit`` and its per-tier and per-tenant counters ``XT``/``TN``)."""
+    tiers = [t for t in SIM_TIERS if params.capacity(t) > 0]
+    ti = [SIM_TIERS.index(t) for t in tiers]
+    ng = len(reqs.tenants)
+    ten = reqs.tenant.astype(np.int64)
+    c0, c1 = rq.chunk_off[:-1], rq.chunk_off[1:]
+    cum = np.zeros(len(rq.chunk_ntok) + 1, np.int64)
+    np.cumsum(rq.chunk_ntok, out=cum[1:])
+    hit_tok = cum[c0 + st.req_hit] - cum[c0]
+    all_tok = cum[c1] - cum[c0]
+
+    def per_tenant(values: np.ndarray) -> np.ndarray:
+        return np.bincount(ten, weights=values, minlength=ng).astype(np.int64) if len(ten) else np.zeros(ng, np.int64)
+
+    requests = np.bincount(ten, minlength=ng)
+    chunks, hits = per_tenant(c1 - c0), per_tenant(st.req_hit)
+    tok, htok = per_tenant(all_tok), per_tenant(hit_tok)
+    TN, XT = st.TN, st.XT
+    end = TN[:, TS.TN_RES0:TS.TN_RES0 + TS.NT].sum(axis=1)  # bytes each tenant's objects hold at the end
+
+    def ratio(a: int, b: int) -> float:
+        return a / b if b else 0.0
+
+    tenants = {}
+    for g in np.flatnonzero(requests):
+        bytes_in = {t: int(TN[g, TS.TN_IN0 + i]) for t, i in zip(tiers, ti)}
+        tenants[reqs.tenants[g]] = {
+            "requests": int(requests[g]),
+            "chunks": int(chunks[g]),
+            "hit_chunks": int(hits[g]),
+            "chunk_hit_ratio": ratio(int(hits[g]), int(chunks[g])),
+            "token_hit_ratio": ratio(int(htok[g]), int(tok[g])),
+            "cross_tenant_hits": int(TN[g, TS.TN_XIN]),
+            "cross_tenant_bytes": int(TN[g, TS.TN_XIN_BYTES]),
+            "cross_tenant_tokens": int(TN[g, TS.TN_XIN_TOKENS]),
+            "served_other_tenants": int(TN[g, TS.TN_XOUT]),
+            "served_other_tenants_bytes": int(TN[g, TS.TN_XOUT_BYTES]),
+            "bytes_in": sum(bytes_in.values()),
+            "bytes_in_per_tier": bytes_in,
+            "end_bytes": int(end[g]),
+        }
+    hit_chunks, n_chunks = int(st.req_hit.sum()), len(rq.chunk_key)
+    xt = {t: {name: int(XT[i, j]) for j, name in enumerate(TS.XT_NAMES)} for t, i in zip(tiers, ti)}
+    return {
+        "share": params.share,
+        "domains": int(np.unique(salts(reqs, params.share)).size),
+        "chunk_hit_ratio": ratio(hit_chunks, n_chunks),
+        "token_hit_ratio": ratio(int(hit_tok.sum()), int(all_tok.sum())),
+        "hit_chunks": hit_chunks,
+        "chunks": n_chunks,
+        "distinct_chunks": len(rq.scope_keys),
+        "bytes_in": int(TN[:, TS.TN_IN0:TS.TN_IN0 + TS.NT].sum()),
+        "end_bytes": int(end.sum()),
+        "cross_tenant_hits": int(XT[:, TS.XT_CHUNKS].sum()),
+        "cross_tenant_bytes": int(XT[:, TS.XT_BYTES].sum()),
+        "cross_tenant_tokens": int(XT[:, TS.XT_TOKENS].sum()),
+        "cross_tenant_hit_share": ratio(int(XT[:, TS.XT_CHUNKS].sum()), hit_chunks),
+        "cross_tenant_per_tier": xt,
+        "tenants": tenants,
+    }
+
+
+def share_recorded(share: dict[str, Any]) -> bool:
+    """Whether a trace records the sharing report (``tier_stats["share"]``): always for a sharing domain
+    finer than global; for global (the default) only when an object served another tenant, so a trace
+    whose tenants share nothing keeps the metadata of the traces written before sharing domains existed
+    (its hit ratios are the ``all`` row's)."""
+    return share["share"] != LATER_FIELDS["share"] or share["cross_tenant_hits"] > 0
+
+
 def params_dict(p: TierSimParams) -> dict[str, Any]:
     d = dataclasses.asdict(p)
+    for k, v in LATER_FIELDS.items():
+        if d[k] == v:
+            del d[k]
     d["bytes_per_token"] = p.bytes_per_token
     d["object_bytes"] = p.object_bytes
     return d

@@ -21,6 +21,7 @@ from kvreplay import schema
 from kvreplay.schema import KIND
 from kvreplay.tiers.chunking import chunk_requests
 from kvreplay.tiers.policies import EVICTION_POLICIES
+from kvreplay.tiers.sharing import salts
 
 if TYPE_CHECKING:
     from kvreplay.requests import RequestTrace
@@ -124,6 +125,23 @@ G_NAMES = (
 )
 G_WIDTH = len(G_NAMES)
 
+# Sharing-domain accounting (kvreplay.tiers.sharing) lives in arrays of its own, not in CT/G: the
+# per-tier rows and counters are written into every trace as they are, so adding columns to them
+# would change the metadata of traces of the default sharing (golden digests).
+# cross-tenant reuse per tier TierState.XT[t, :]: hits (GPU) or loads of an object another tenant
+# created (the leakage surface of a shared cache): chunks, bytes of the copy, prompt tokens
+XT_CHUNKS, XT_BYTES, XT_TOKENS = 0, 1, 2
+XT_WIDTH = 3
+XT_NAMES = ("chunks", "bytes", "tokens")
+# per tenant TierState.TN[g, :]: cross-tenant chunks (bytes, tokens) its requests took from other
+# tenants' objects (in), chunks (bytes) of its objects that served other tenants (out); then the bytes
+# of its objects written into each tier (commit, recover, persist: TN_IN0 + tier) and the bytes of its
+# objects each tier holds (TN_RES0 + tier; kept as copies come and go: a scan of S after the run
+# reads ~90 MB on the Mooncake conversation trace, 10 ms)
+TN_XIN, TN_XIN_BYTES, TN_XIN_TOKENS, TN_XOUT, TN_XOUT_BYTES, TN_IN0 = range(6)
+TN_RES0 = TN_IN0 + NT
+TN_WIDTH = TN_RES0 + NT
+
 # write policies (TierConfig.wpol)
 WRITE_THROUGH, SPILL = 0, 1
 
@@ -184,6 +202,9 @@ class TierState(NamedTuple):
     ex_head: np.ndarray  # int64[N]            oldest pending deadline (row of ex) per tenant, -1: none
     ex_tail: np.ndarray  # int64[N]            newest pending deadline per tenant, -1: none
     FR: np.ndarray  # int64[4, NT+1]           scratch: _make_room's frames (tier, key, victim, bytes needed)
+    XT: np.ndarray  # int64[NT, XT_WIDTH]      cross-tenant reuse per tier (XT_* columns)
+    TN: np.ndarray  # int64[N, TN_WIDTH]       per-tenant cross-tenant reuse, bytes written and held (TN_* columns)
+    req_hit: np.ndarray  # int64[n]            chunks of request r served from cache (its reused prefix)
 
 
 def policy_matrix(params: "TierSimParams") -> np.ndarray:
@@ -200,7 +221,8 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
     """Chunk the requests, derive the configuration and allocate the state of a run (``params`` validated)."""
     T = params.tokens_per_object
     chunk_off, chunk_key, chunk_ntok, key_ntok, key_scope = chunk_requests(
-        reqs.block_offsets, reqs.block_ids, reqs.input_tokens, reqs.scope, reqs.block_tokens, T
+        reqs.block_offsets, reqs.block_ids, reqs.input_tokens, reqs.scope, reqs.block_tokens, T,
+        salt=salts(reqs, params.share),
     )
     nkeys = len(key_ntok)
     nchunks = len(chunk_key)
@@ -296,5 +318,8 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
         ex_head=np.full(len(reqs.tenants), -1, np.int64),
         ex_tail=np.full(len(reqs.tenants), -1, np.int64),
         FR=np.zeros((4, NT + 1), np.int64),
+        XT=np.zeros((NT, XT_WIDTH), np.int64),
+        TN=np.zeros((len(reqs.tenants), TN_WIDTH), np.int64),
+        req_hit=np.zeros(reqs.n, np.int64),
     )
     return rq, cfg, st

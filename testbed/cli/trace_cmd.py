@@ -119,6 +119,38 @@ def _tier_table(tier_stats: dict[str, Any]) -> Table:
     return t
 
 
+def share_line(sh: dict[str, Any]) -> str:
+    """One line on the sharing domains: reuse, cross-tenant hits (the leakage surface), bytes stored."""
+    n = sh["domains"]
+    return (f"sharing domain {sh['share']} ({n:,} domain{'' if n == 1 else 's'}): "
+            f"{fmt_pct(sh['chunk_hit_ratio'])} of chunks, "
+            f"{fmt_pct(sh['token_hit_ratio'])} of tokens reused; {sh['cross_tenant_hits']:,} cross-tenant hits "
+            f"({fmt_bytes(sh['cross_tenant_bytes'])}, {fmt_pct(sh['cross_tenant_hit_share'])} of hits); "
+            f"{sh['distinct_chunks']:,} distinct chunks, {fmt_bytes(sh['bytes_in'])} written into the tiers")
+
+
+def _share_table(sh: dict[str, Any]) -> Table:
+    t = Table(title=f"per tenant, sharing domain {sh['share']}", title_justify="left")
+    for c in ("tenant", "requests", "chunk hits", "token hits", "cross-tenant in", "served others", "bytes in",
+              "at end"):
+        t.add_column(c, justify="left" if c == "tenant" else "right")
+    for name, r in sh["tenants"].items():
+        t.add_row(name, f"{r['requests']:,}", fmt_pct(r["chunk_hit_ratio"]), fmt_pct(r["token_hit_ratio"]),
+                  f"{r['cross_tenant_hits']:,} / {fmt_bytes(r['cross_tenant_bytes'])}",
+                  f"{r['served_other_tenants']:,} / {fmt_bytes(r['served_other_tenants_bytes'])}",
+                  fmt_bytes(r["bytes_in"]), fmt_bytes(r["end_bytes"]))
+    t.caption = share_line(sh)
+    return t
+
+
+def _print_share(con: Console, sh: dict[str, Any]) -> None:
+    """The per-tenant table when there are several tenants, else the one line."""
+    if len(sh["tenants"]) > 1:
+        con.print(_share_table(sh))
+    else:
+        con.print(share_line(sh))
+
+
 def _facts_table(facts: dict[str, Any], title: str = "source facts") -> Table:
     t = Table(title=title, title_justify="left", show_header=False)
     t.add_column("fact")
@@ -142,6 +174,7 @@ def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
         "source_facts": meta.source_facts,
         "geometry": meta.geometry,
         "tier_stats": res.tier_stats,
+        "share": res.share,
         "elapsed_s": round(res.elapsed_s, 3),
     }
     if as_json:
@@ -150,6 +183,7 @@ def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
     con = _out()
     con.print(_facts_table(meta.source_facts))
     con.print(_tier_table(res.tier_stats))
+    _print_share(con, res.share)
     g = meta.geometry
     con.print(f"wrote [bold]{out}[/]: {res.events:,} events, {res.objects:,} objects "
               f"({g['model']}, {fmt_bytes(g['bytes_per_token'])}/token, {g['tokens_per_object']} tokens = "
@@ -374,6 +408,8 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
         con.print(_facts_table(m["source_facts"]))
     if m.get("tier_stats"):
         con.print(_tier_table(m["tier_stats"]))
+        if m["tier_stats"].get("share"):
+            _print_share(con, m["tier_stats"]["share"])
 
     from kvreplay.schema import OPS, TIERS
 
