@@ -115,18 +115,9 @@ class SynthParams:
         return out
 
 
-#: fields added after synthetic traces were first written, with the value that generates what kvbed did
-#: before them: recorded only when they differ (see kvreplay.tiers.sim.LATER_FIELDS)
-LATER_FIELDS = {"shared_prompt_tokens": 0}
-
-
 def recorded_settings(p: SynthParams) -> dict[str, Any]:
     """The settings a synthetic trace records (``generator.synth``)."""
-    d = dataclasses.asdict(p)
-    for k, v in LATER_FIELDS.items():
-        if d[k] == v:
-            del d[k]
-    return d
+    return dataclasses.asdict(p)
 
 
 def tenant_names(n: int) -> list[str]:

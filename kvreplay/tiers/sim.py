@@ -166,17 +166,11 @@ class TierSimParams:
         return self.ssd_kind, per
 
 
-#: fields added after traces were first written, with the value that behaves as kvbed did before them:
-#: a trace's settings record such a field only when it differs, so a trace of the old behaviour keeps
-#: its metadata byte for byte (tests/test_golden.py) and a reader takes a missing key as that value
-LATER_FIELDS = {"share": "global"}
-
-
 @dataclass
 class TierSimResult:
     events: int
     objects: int
-    tier_stats: dict[str, Any]  # what the trace records (see share_recorded)
+    tier_stats: dict[str, Any]  # what the trace records
     counters: dict[str, Any]
     elapsed_s: float
     share: dict[str, Any]  # sharing-domain report (share_report), always computed
@@ -217,9 +211,7 @@ def simulate(
     counters.update(chunk_references=len(rq.chunk_key), distinct_chunks=len(rq.scope_keys), objects=objects,
                     events=total)
     tier_stats = tier_report(params, st.CT, st.G, st.Q)
-    share = share_report(params, reqs, rq, st)
-    if share_recorded(share):
-        tier_stats["share"] = share
+    share = tier_stats["share"] = share_report(params, reqs, rq, st)
     return TierSimResult(
         events=total,
         objects=objects,
@@ -343,19 +335,8 @@ def share_report(params: TierSimParams, reqs: RequestTrace, rq: TS.TierRequests,
     }
 
 
-def share_recorded(share: dict[str, Any]) -> bool:
-    """Whether a trace records the sharing report (``tier_stats["share"]``): always for a sharing domain
-    finer than global; for global (the default) only when an object served another tenant, so a trace
-    whose tenants share nothing keeps the metadata of the traces written before sharing domains existed
-    (its hit ratios are the ``all`` row's)."""
-    return share["share"] != LATER_FIELDS["share"] or share["cross_tenant_hits"] > 0
-
-
 def params_dict(p: TierSimParams) -> dict[str, Any]:
     d = dataclasses.asdict(p)
-    for k, v in LATER_FIELDS.items():
-        if d[k] == v:
-            del d[k]
     d["bytes_per_token"] = p.bytes_per_token
     d["object_bytes"] = p.object_bytes
     return d
