@@ -115,7 +115,7 @@ def _oldest(cs, base, ways, queue):
     return best
 
 
-@kernel
+@kernel(inline="always")
 def on_hit(cs, cg, w):
     if cg.policy == LRU:
         cs.stamp[w] = _tick(cs)
@@ -123,7 +123,7 @@ def on_hit(cs, cg, w):
         cs.freq[w] += 1
 
 
-@kernel
+@kernel(inline="always")
 def _ghost_add(cs, cg, s, tag):
     if cg.ghost_ways == 0:
         return
@@ -132,7 +132,7 @@ def _ghost_add(cs, cg, s, tag):
     cs.gpos[s] = (p + 1) % cg.ghost_ways
 
 
-@kernel
+@kernel(inline="always")
 def _ghost_take(cs, cg, s, tag):
     for j in range(s * cg.ghost_ways, (s + 1) * cg.ghost_ways):
         if cs.ghost[j] == tag:
@@ -141,20 +141,21 @@ def _ghost_take(cs, cg, s, tag):
     return False
 
 
-@kernel
-def victim(cs, cg, s):
-    """The way to evict from full set ``s`` (policy state updated); -1 for a policy code not dispatched here."""
+@kernel(inline="always")
+def victim(cs, cg, s, oldest):
+    """The way to evict from full set ``s`` (policy state updated); -1 for a policy code not dispatched here.
+    ``oldest`` is the set's way of smallest stamp (the caller's lookup scan found it)."""
     base = s * cg.ways
     code = cg.policy
     if code == LRU or code == FIFO:
-        return _oldest(cs, base, cg.ways, -1)
+        return oldest
     if code == CLOCK:
-        while True:
-            w = _oldest(cs, base, cg.ways, -1)
-            if cs.freq[w] == 0:
-                return w
+        w = oldest
+        while cs.freq[w] != 0:
             cs.freq[w] -= 1
             cs.stamp[w] = _tick(cs)
+            w = _oldest(cs, base, cg.ways, -1)
+        return w
     if code == S3FIFO:
         while True:
             small = 0
@@ -179,7 +180,7 @@ def victim(cs, cg, s):
     return -1
 
 
-@kernel
+@kernel(inline="always")
 def on_insert(cs, cg, s, w, tag):
     """Unit ``tag`` now occupies way ``w`` of set ``s``: the newest of its queue, not yet hit."""
     cs.stamp[w] = _tick(cs)

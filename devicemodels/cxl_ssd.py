@@ -94,12 +94,17 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
             base = st * cg.ways
             hit = -1
             free_way = -1
+            oldest = base
             for w in range(base, base + cg.ways):
-                if cs.tags[w] == u:
+                tag = cs.tags[w]
+                if tag == u:
                     hit = w
                     break
-                if free_way < 0 and cs.tags[w] < 0:
-                    free_way = w
+                if tag < 0:
+                    if free_way < 0:
+                        free_way = w
+                elif cs.stamp[w] < cs.stamp[oldest]:
+                    oldest = w
             if hit >= 0:
                 P.on_hit(cs, cg, hit)
                 if wr:
@@ -111,7 +116,7 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
             all_hit[i] = 0
             w = free_way
             if w < 0:
-                w = P.victim(cs, cg, st)
+                w = P.victim(cs, cg, st, oldest)  # the set is full: oldest is its smallest stamp
                 if w < 0:
                     return -1 - i
                 if cs.dirty[w]:
