@@ -1,7 +1,9 @@
-"""Device models: the physics of the testbed (flash FTL with GC, FDP, ZNS, CXL memory, CXL-SSD).
+"""Device models: the physics of the testbed (flash FTL with GC, FDP, ZNS, host DRAM, CXL memory, CXL-SSD).
 
-Importing the package registers every device in ``DEVICES`` (``conv``, ``fdp``, ``zns``, ``cxl``,
-``cxl-ssd``) and every GC victim policy in ``GC_POLICIES``.
+Importing the package registers every device in ``DEVICES`` (``conv``, ``fdp``, ``zns``, ``dram``, ``cxl``,
+``cxl-ssd``), every GC victim policy in ``GC_POLICIES`` and every CXL-SSD cache policy in
+``CACHE_POLICIES``. Memory devices (``dram``, ``cxl``, the DRAM side of ``cxl-ssd``) share one transfer
+rule over bandwidth resources with next-free times (:mod:`devicemodels.memory`).
 
 Building a device (the same for all):
     ``DEVICES.get(name)(**groups)`` with one frozen params instance per group of
@@ -34,4 +36,5 @@ at the first compile, not on import.
 
 from devicemodels.base import DEVICES, GC_POLICIES  # noqa: F401
 from devicemodels import gc_policies  # noqa: F401  (registers GC policies)
-from devicemodels import conv, cxl, cxl_ssd, fdp, zns  # noqa: F401  (register devices)
+from devicemodels.cache_policies import CACHE_POLICIES  # noqa: F401
+from devicemodels import conv, cxl, cxl_ssd, dram, fdp, zns  # noqa: F401  (register devices)

@@ -1,140 +1,160 @@
-"""``cxl-ssd``: a CXL memory-semantic SSD, i.e. a DRAM page cache in front of a conventional FTL.
+"""``cxl-ssd``: a CXL memory-semantic SSD, i.e. a DRAM cache in front of a conventional FTL.
 
-Three phases per batch, because the cache never waits for flash state (only for its
-timing): (1) a numba kernel runs the set-associative LRU write-back cache and the
-CXL link queue, and emits the flash work (a read per read miss, a write per dirty
-eviction, a TRIM per trimmed range) with the arrival time of the op that caused
-it; (2) the backing ``conv`` model runs those ops (so they queue on dies and
-trigger GC); (3) a read op completes when its link transfer and its slowest
-miss are done. Write-backs are asynchronous but load the dies. Addresses and the
-cache unit are the flash ``page_bytes``; ``CxlParams.cxl_bytes`` and its
-``page_bytes`` are not used (capacity is ``logical_bytes``).
+Three phases per batch, because the cache never waits for flash state (only for its timing):
+(1) a numba kernel runs the set-associative write-back cache (policy: :mod:`devicemodels.cache_policies`)
+and the CXL side's timing (:mod:`devicemodels.memory`: the device's link, its DRAM and the GPU link, one
+device), and emits the flash work with the arrival time of the op that caused it; (2) the backing ``conv``
+model runs that work (so it queues on dies and triggers GC); (3) an op completes when its transfer plus
+load_ns/store_ns is done and its slowest fill has been read from flash (+ load_ns or store_ns).
+
+Cache units (``cache_unit_bytes``, whole flash pages; a unit goes to set ``unit % sets``):
+
+* a read touching a unit that is not cached *fills* it: a flash read of the whole unit, which the read waits
+  for; a write covering a whole missing unit needs no fill, a write covering part of one fills it first (and
+  waits for it), then the unit is dirty;
+* a full set evicts one unit by its policy; a dirty one is written back whole (a flash write of the unit,
+  in the background: nobody waits, but it loads the dies);
+* TRIM drops the units wholly inside its range (dirty or not, no write-back) and passes the range to the
+  flash; units it covers only in part stay cached.
+
+Hits and misses are counted per unit touched; a read op is a *hit* when every unit it touches hits, and its
+latency goes to the hit or the miss histogram (``stats()["cache"]["read_hit_latency"]`` /
+``["read_miss_latency"]``). Fills and write-backs do not take the cache DRAM's bandwidth. Addresses are in
+flash pages; ``CxlParams.cxl_bytes`` and its ``page_bytes`` are not used (capacity is ``logical_bytes``),
+and one SSD is one device (``interleave_ways`` must be 1).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from devicemodels.jit import njit
 
+from devicemodels import cache_policies as P
 from devicemodels import histogram
 from devicemodels.base import DEVICES, OP_NAMES, OP_READ, OP_TRIM, OP_WRITE, Completion, DeviceModel
 from devicemodels.conv import ConvDevice
+from devicemodels.cxl import cxl_geo
 from devicemodels.ftl_device import checked_batch
-from devicemodels.histogram import clear_rows, hist_record
+from devicemodels.histogram import LatencyHistogram, clear_rows, hist_record
+from devicemodels.jit import kernel
+from devicemodels.memory import busy_totals, check_op_bytes, new_slots, resource_stats, transfer
 from devicemodels.params import CxlParams, CxlSsdParams, FlashParams
 from devicemodels.summary import latency_by_op
+from testbed.core.errors import KvbedError
 
 CS_COUNTER_NAMES = ("host_pages_written", "host_pages_read", "host_pages_trimmed", "cache_read_hits",
                     "cache_read_misses", "cache_write_hits", "cache_write_misses", "cache_writebacks",
-                    "link_busy_ns")
-_W, _R, _T, _RH, _RM, _WH, _WM, _WB, _BUSY = range(9)
+                    "cache_fills", "queue_wait_ns")
+_W, _R, _T, _RH, _RM, _WH, _WM, _WB, _FILL, _WAIT = range(10)
+# histogram rows after the per-op-type ones: reads whose every unit hit, and the other reads
+H_READ_HIT, H_READ_MISS = len(OP_NAMES), len(OP_NAMES) + 1
 
 
-class CsGeo(NamedTuple):
-    sets: int
-    ways: int
-    load_ns: int
-    store_ns: int
-    xfer_ns: int  # one page over the CXL link
+@kernel(inline="always")
+def _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, o, x, n, t, parent):
+    f_op[nf] = o
+    f_lba[nf] = x
+    f_np[nf] = n
+    f_arr[nf] = t
+    f_parent[nf] = parent
+    return nf + 1
 
 
-@njit
-def cache_pass(cg, tags, dirty, stamp, link, ctr, op, lba, npages, arrival, link_done,
-               f_op, f_lba, f_arr, f_parent):
-    """Phase 1: cache and link for every op; returns the number of flash ops emitted."""
+@kernel
+def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival, link_done, all_hit,
+               f_op, f_lba, f_np, f_arr, f_parent):
+    """Phase 1: cache and CXL timing for every op; returns the number of flash ops emitted, or -1 - i when op i
+    met a cache policy code the kernel does not dispatch."""
     nf = 0
-    tick = link[1]
+    k = cg.unit_pages
     for i in range(op.shape[0]):
         t = arrival[i]
         o = op[i]
         n = npages[i]
         x0 = lba[i]
+        all_hit[i] = 1
         if o == OP_TRIM:
-            for k in range(n):
-                x = x0 + k
-                base = (x % cg.sets) * cg.ways
-                for w in range(cg.ways):
-                    if tags[base + w] == x:
-                        tags[base + w] = -1
-                        dirty[base + w] = 0
-            f_op[nf] = OP_TRIM
-            f_lba[nf] = x0
-            f_arr[nf] = n  # npages travels in the arrival slot for TRIM; fixed up by the caller
-            f_parent[nf] = i
-            nf += 1
+            for u in range((x0 + k - 1) // k, (x0 + n) // k):  # units wholly inside the range
+                base = (u % cg.sets) * cg.ways
+                for w in range(base, base + cg.ways):
+                    if cs.tags[w] == u:
+                        cs.tags[w] = -1
+                        cs.dirty[w] = 0
+            nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_TRIM, x0, n, t, i)
             ctr[_T] += n
             link_done[i] = t
             continue
-        s = link[0]
-        if s < t:
-            s = t
-        xfer = n * cg.xfer_ns
-        link[0] = s + xfer
-        ctr[_BUSY] += xfer
-        link_done[i] = s + xfer + (cg.store_ns if o == OP_WRITE else cg.load_ns)
-        for k in range(n):
-            x = x0 + k
-            base = (x % cg.sets) * cg.ways
+        wr = o == OP_WRITE
+        s, end = transfer(mg, free, busy, dev_bytes, 1 if wr else 0, x0 * mg.page_bytes, n * mg.page_bytes, t)
+        ctr[_WAIT] += s - t
+        link_done[i] = end + (mg.store_ns if wr else mg.load_ns)
+        for u in range(x0 // k, (x0 + n - 1) // k + 1):
+            st = u % cg.sets
+            base = st * cg.ways
             hit = -1
-            lru = base
-            for w in range(cg.ways):
-                if tags[base + w] == x:
-                    hit = base + w
+            free_way = -1
+            oldest = base
+            for w in range(base, base + cg.ways):
+                tag = cs.tags[w]
+                if tag == u:
+                    hit = w
                     break
-                if stamp[base + w] < stamp[lru]:
-                    lru = base + w
-            tick += 1
+                if tag < 0:
+                    if free_way < 0:
+                        free_way = w
+                elif cs.stamp[w] < cs.stamp[oldest]:
+                    oldest = w
             if hit >= 0:
-                stamp[hit] = tick
-                if o == OP_WRITE:
-                    dirty[hit] = 1
+                P.on_hit(cs, cg, hit)
+                if wr:
+                    cs.dirty[hit] = 1
                     ctr[_WH] += 1
                 else:
                     ctr[_RH] += 1
                 continue
-            if tags[lru] >= 0 and dirty[lru]:
-                f_op[nf] = OP_WRITE
-                f_lba[nf] = tags[lru]
-                f_arr[nf] = t
-                f_parent[nf] = -1  # background write-back
-                nf += 1
-                ctr[_WB] += 1
-            tags[lru] = x
-            stamp[lru] = tick
-            if o == OP_WRITE:
-                dirty[lru] = 1
+            all_hit[i] = 0
+            w = free_way
+            if w < 0:
+                w = P.victim(cs, cg, st, oldest)  # the set is full: oldest is its smallest stamp
+                if w < 0:
+                    return -1 - i
+                if cs.dirty[w]:
+                    nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_WRITE, cs.tags[w] * k, k, t, -1)
+                    ctr[_WB] += 1
+            if not wr or x0 > u * k or x0 + n < (u + 1) * k:  # a read, or a write of part of the unit
+                nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_READ, u * k, k, t, i)
+                ctr[_FILL] += 1
+            cs.tags[w] = u
+            cs.dirty[w] = 1 if wr else 0
+            P.on_insert(cs, cg, st, w, u)
+            if wr:
                 ctr[_WM] += 1
             else:
-                dirty[lru] = 0
                 ctr[_RM] += 1
-                f_op[nf] = OP_READ
-                f_lba[nf] = x
-                f_arr[nf] = t
-                f_parent[nf] = i
-                nf += 1
-        if o == OP_WRITE:
+        if wr:
             ctr[_W] += n
         else:
             ctr[_R] += n
-    link[1] = tick
     return nf
 
 
-@njit
-def finish_pass(cg, op, arrival, link_done, f_op, f_parent, f_done, nf, done, hist):
-    """Phase 3: an op is done when its link transfer and its slowest flash read are."""
+@kernel
+def finish_pass(mg, op, arrival, link_done, all_hit, f_op, f_parent, f_done, nf, done, hist):
+    """Phase 3: an op is done when its transfer and its slowest fill are; latencies into the histograms."""
     for i in range(op.shape[0]):
         done[i] = link_done[i]
     for j in range(nf):
         p = f_parent[j]
         if p >= 0 and f_op[j] == OP_READ:
-            e = f_done[j] + cg.load_ns
+            e = f_done[j] + (mg.store_ns if op[p] == OP_WRITE else mg.load_ns)
             if e > done[p]:
                 done[p] = e
     for i in range(op.shape[0]):
-        hist_record(hist[op[i]], done[i] - arrival[i])
+        lat = done[i] - arrival[i]
+        hist_record(hist[op[i]], lat)
+        if op[i] == OP_READ:
+            hist_record(hist[H_READ_HIT if all_hit[i] else H_READ_MISS], lat)
 
 
 @DEVICES.register("cxl-ssd")
@@ -147,19 +167,22 @@ class CxlSsdDevice(DeviceModel):
         self.backend = ConvDevice(flash)
         self.flash = self.backend.flash
         self.cxl = (cxl or CxlParams()).validate()
+        if self.cxl.interleave_ways != 1:
+            raise KvbedError(f"cxl-ssd is one device: interleave_ways must be 1, got {self.cxl.interleave_ways}")
         self.cache = (cache or CxlSsdParams()).validate_with(self.flash)
         self.params = {"flash": self.flash, "cxl": self.cxl, "cache": self.cache}
-        pages = self.cache.cache_bytes // self.flash.page_bytes
         pb = self.flash.page_bytes
-        self.cg = CsGeo(sets=pages // self.cache.cache_ways, ways=self.cache.cache_ways, load_ns=self.cxl.load_ns,
-                        store_ns=self.cxl.store_ns,
-                        xfer_ns=-(-pb * 1_000_000_000 // self.cxl.bandwidth_bytes_per_s))
-        self.tags = np.full(pages, -1, np.int64)
-        self.dirty = np.zeros(pages, np.uint8)
-        self.stamp = np.zeros(pages, np.int64)
-        self.link = np.zeros(2, np.int64)  # link next-free time, LRU clock
+        self.unit_bytes = self.cache.unit_bytes(self.flash)
+        self.cache_bytes = self.cache.resolved_cache_bytes(self.flash)
+        units = self.cache_bytes // self.unit_bytes
+        self.cg, self.cs = P.build(self.cache.cache_policy, units // self.cache.cache_ways, self.cache.cache_ways,
+                                   self.unit_bytes // pb)
+        self.mg = cxl_geo(self.cxl)._replace(page_bytes=pb)
+        self.free = new_slots(1)
+        self.busy = new_slots(1)
+        self.dev_bytes = np.zeros(2, np.int64)
         self.ctr = np.zeros(len(CS_COUNTER_NAMES), np.int64)
-        self.hist = histogram.new_rows(len(OP_NAMES))
+        self.hist = histogram.new_rows(len(OP_NAMES) + 2)
 
     @property
     def page_bytes(self) -> int:
@@ -171,32 +194,38 @@ class CxlSsdDevice(DeviceModel):
 
     def submit(self, ops: dict[str, np.ndarray]) -> Completion:
         op, lba, npages, pid, arrival = checked_batch(self, ops)
+        check_op_bytes(self, npages)
         n = len(op)
         done = np.empty(n, np.int64)
         if n == 0:
             return Completion(done_ns=done, lba=np.full(0, -1, np.int64))
-        cap = int(2 * npages[op != OP_TRIM].sum()) + int((op == OP_TRIM).sum())
+        k = self.cg.unit_pages
+        data = op != OP_TRIM
+        units = (lba[data] + npages[data] - 1) // k - lba[data] // k + 1
+        cap = int(2 * units.sum()) + int(n - data.sum())  # a fill and a write-back per unit, one op per TRIM
         f_op = np.empty(cap, np.int8)
         f_lba = np.empty(cap, np.int64)
+        f_np = np.empty(cap, np.int32)
         f_arr = np.empty(cap, np.int64)
         f_parent = np.empty(cap, np.int64)
         link_done = np.empty(n, np.int64)
-        nf = cache_pass(self.cg, self.tags, self.dirty, self.stamp, self.link, self.ctr, op, lba, npages, arrival,
-                        link_done, f_op, f_lba, f_arr, f_parent)
-        f_op, f_lba, f_arr, f_parent = f_op[:nf], f_lba[:nf], f_arr[:nf], f_parent[:nf]
-        f_np = np.ones(nf, np.int32)
-        trim = f_op == OP_TRIM
-        f_np[trim] = f_arr[trim]
-        f_arr[trim] = arrival[f_parent[trim]]
+        all_hit = np.empty(n, np.uint8)
+        nf = cache_pass(self.cg, self.cs, self.mg, self.free, self.busy, self.dev_bytes, self.ctr, op, lba, npages,
+                        arrival, link_done, all_hit, f_op, f_lba, f_np, f_arr, f_parent)
+        if nf < 0:
+            known = ", ".join(f"{m}={P.CACHE_POLICIES.get(m).code}" for m in P.CACHE_POLICIES.names())
+            raise KvbedError(f"cache policy code {self.cg.policy} is not one the cache kernel dispatches "
+                             f"(registered: {known})", where=f"{self.name} op {-1 - nf}")
         f_done = np.zeros(nf, np.int64)
         if nf:
-            f_done = self.backend.submit({"op": f_op, "lba": f_lba, "npages": f_np,
-                                          "pid": np.zeros(nf, np.int16), "arrival_ns": f_arr}).done_ns
-        finish_pass(self.cg, op, arrival, link_done, f_op, f_parent, f_done, nf, done, self.hist)
+            f_done = self.backend.submit({"op": f_op[:nf], "lba": f_lba[:nf], "npages": f_np[:nf],
+                                          "pid": np.zeros(nf, np.int16), "arrival_ns": f_arr[:nf]}).done_ns
+        finish_pass(self.mg, op, arrival, link_done, all_hit, f_op, f_parent, f_done, nf, done, self.hist)
         return Completion(done_ns=done, lba=np.full(n, -1, np.int64))
 
     def counters(self) -> dict[str, int]:
         out = dict(zip(CS_COUNTER_NAMES, self.ctr.tolist()))
+        out.update(busy_totals(self.busy, 1))
         b = self.backend.counters()
         out["media_pages_written"] = b["media_pages_written"]
         out["flash_pages_written"] = b["host_pages_written"]
@@ -209,8 +238,9 @@ class CxlSsdDevice(DeviceModel):
         return self.backend.untimed()
 
     def reset_counters(self) -> None:
-        self.ctr[:] = 0
-        self.link[0] = 0
+        """Zero counters, histograms and clocks (the cache's contents and the flash's state stay)."""
+        for a in (self.ctr, self.free, self.busy, self.dev_bytes):
+            a[:] = 0
         clear_rows(self.hist)
         self.backend.reset_counters()
 
@@ -218,27 +248,44 @@ class CxlSsdDevice(DeviceModel):
         """Precondition the flash behind the cache (the cache starts cold)."""
         return self.backend.precondition(fill_ratio, overwrite_x=overwrite_x, seed=seed)
 
+    def _hist_entry(self, row: int) -> dict[str, Any]:
+        h = LatencyHistogram(self.hist[row])
+        return {"ios": h.n, "lat_ns": h.to_dict()}
+
+    def cache_stats(self, c: dict[str, int]) -> dict[str, Any]:
+        reads = c["cache_read_hits"] + c["cache_read_misses"]
+        wr = c["cache_write_hits"] + c["cache_write_misses"]
+        hits = c["cache_read_hits"] + c["cache_write_hits"]
+        return {
+            "policy": self.cache.cache_policy, "cache_bytes": self.cache_bytes, "unit_bytes": self.unit_bytes,
+            "sets": self.cg.sets, "ways": self.cg.ways,
+            "hit_ratio": hits / (reads + wr) if reads + wr else 0.0,
+            "read_hit_ratio": c["cache_read_hits"] / reads if reads else 0.0,
+            "write_hit_ratio": c["cache_write_hits"] / wr if wr else 0.0,
+            "fills": c["cache_fills"], "fill_bytes": c["cache_fills"] * self.unit_bytes,
+            "writebacks": c["cache_writebacks"], "writeback_bytes": c["cache_writebacks"] * self.unit_bytes,
+            "read_hit_latency": self._hist_entry(H_READ_HIT),
+            "read_miss_latency": self._hist_entry(H_READ_MISS),
+        }
+
     def stats(self) -> dict[str, Any]:
         c = self.counters()
         pb = self.page_bytes
-        reads = c["cache_read_hits"] + c["cache_read_misses"]
-        wr = c["cache_write_hits"] + c["cache_write_misses"]
         flash = self.backend.stats()
         return {
             "device": self.name,
             "config": self.config(),
-            "geometry": {"logical_pages": self.logical_pages, "page_bytes": pb,
-                         "cache_bytes": self.cache.cache_bytes, "cache_ways": self.cache.cache_ways},
+            "geometry": {"logical_pages": self.logical_pages, "page_bytes": pb, "cache_bytes": self.cache_bytes,
+                         "cache_ways": self.cg.ways, "cache_sets": self.cg.sets, "cache_unit_bytes": self.unit_bytes},
             # media writes per host (CXL store) page: the cache absorbs overwrites, so this can be < 1
             "waf": c["media_pages_written"] / c["host_pages_written"] if c["host_pages_written"] else 0.0,
             "host_bytes_written": c["host_pages_written"] * pb,
             "media_bytes_written": c["media_pages_written"] * pb,
-            "cache": {"read_hit_ratio": c["cache_read_hits"] / reads if reads else 0.0,
-                      "write_hit_ratio": c["cache_write_hits"] / wr if wr else 0.0,
-                      "writeback_bytes": c["cache_writebacks"] * pb},
+            "cache": self.cache_stats(c),
             "counters": c,
             "latency": latency_by_op(self.hist, pb, {"read": c["host_pages_read"], "write": c["host_pages_written"],
                                                       "trim": c["host_pages_trimmed"]}),
+            "resources": resource_stats(self.mg, self.busy, self.dev_bytes),
             # GC and wear are the NAND backend's, at top level as on every flash device
             "gc": flash["gc"],
             "wear": flash["wear"],

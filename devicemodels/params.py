@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param
+from testbed.core.params import check_fields, format_size, param
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -217,41 +217,158 @@ class ZnsParams:
         return self
 
 
+#: CXL 2.0 HDM decoders interleave across these numbers of devices (powers of two and 3, 6, 12)
+CXL_INTERLEAVE_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+#: and at these granularities (256 B to 16 KiB, powers of two)
+CXL_GRANULES = tuple(256 << i for i in range(7))
+
+
+def _cache_policy_names() -> list[str]:
+    from devicemodels.cache_policies import CACHE_POLICIES
+
+    return CACHE_POLICIES.names()
+
+
+def _check_bandwidths(obj, positive: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    """Bandwidths in bytes per second: ``positive`` ones must be > 0, ``optional`` ones >= 0 (0 = not modelled)."""
+    for name in positive:
+        if getattr(obj, name) <= 0:
+            raise KvbedError(f"{name} must be positive, got {getattr(obj, name)}")
+    for name in optional:
+        if getattr(obj, name) < 0:
+            raise KvbedError(f"{name} must be >= 0 (0 = not modelled), got {getattr(obj, name)}")
+
+
 @dataclass(frozen=True)
-class CxlParams:
-    """CXL type-3 memory expander (volatile)."""
+class DramParams:
+    """Host DRAM as a KV tier: its media bandwidth and the link that carries it to the GPU.
 
-    cxl_bytes: int = param(512 * MiB, "memory capacity")
-    load_ns: int = param(250, "load latency: local DRAM ~100 ns + the CXL hop (reference-figures.md)")
-    store_ns: int = param(250, "store latency")
-    bandwidth_bytes_per_s: int = param(32_000_000_000, "link and media bandwidth")
+    Timing (devicemodels/memory.py): a transfer holds the DRAM media (shared by both directions) and the
+    GPU link (full duplex: one queue per direction) for its bytes at their bandwidths; load_ns/store_ns
+    are added once per op. Defaults: local DDR5 ~100 ns idle load latency (Pond, ASPLOS'23, puts a CXL
+    hop at +70-90 ns over it, about 2x); 8 channels of DDR5-4800 (38.4 GB/s each, JEDEC) = 307.2 GB/s;
+    PCIe 5.0 x16 to the GPU, ~64 GB/s per direction (32 GT/s x 16 lanes). A GH200's NVLink-C2C is
+    450 GB/s per direction (900 GB/s total, NVIDIA Grace Hopper datasheet): ``link_bytes_per_s=450e9``.
+    """
+
+    dram_bytes: int = param(512 * MiB, "capacity of the DRAM pool")
     page_bytes: int = param(4 * KiB, "addressing unit of op batches (lba, npages)")
+    load_ns: int = param(100, "load latency: local DDR5 ~100 ns (Pond, ASPLOS'23: a CXL hop adds 70-90 ns to it)")
+    store_ns: int = param(100, "store latency (as load_ns)")
+    media_bytes_per_s: int = param(307_200_000_000, "DRAM bandwidth, both directions together: 8 x DDR5-4800 "
+                                                    "channels of 38.4 GB/s")
+    link_bytes_per_s: int = param(64_000_000_000, "link to the GPU, per direction: PCIe 5.0 x16 ~64 GB/s; "
+                                                  "GH200 NVLink-C2C 450e9; 0 = not modelled")
 
-    def validate(self) -> "CxlParams":
-        for name in ("cxl_bytes", "load_ns", "store_ns", "bandwidth_bytes_per_s", "page_bytes"):
+    def validate(self) -> "DramParams":
+        for name in ("dram_bytes", "page_bytes", "load_ns", "store_ns"):
             if getattr(self, name) <= 0:
                 raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
+        _check_bandwidths(self, ("media_bytes_per_s",), ("link_bytes_per_s",))
+        if self.dram_bytes % self.page_bytes:
+            raise KvbedError(f"dram_bytes ({self.dram_bytes}) must be a multiple of page_bytes ({self.page_bytes})")
+        return self
+
+
+@dataclass(frozen=True)
+class CxlParams:
+    """CXL type-3 memory expanders (volatile), ``interleave_ways`` of them in one interleave set.
+
+    Timing (devicemodels/memory.py): each device has its media (shared by both directions) and its CXL
+    link (full duplex); all of them reach the GPU through one host link (full duplex). Bytes map to
+    devices round-robin by ``interleave_granule_bytes`` (the HDM decoder's interleave granularity); a
+    transfer holds each resource it crosses for its share of the bytes; load_ns/store_ns once per op.
+    Defaults: load/store 250 ns, inside the 140-410 ns (2-5x local DRAM) measured on real CXL expanders
+    (arXiv 2409.14317, 2405.14209; Pond, ASPLOS'23, puts the CXL hop at +70-90 ns); a Samsung CMM-D
+    (CXL 2.0, PCIe 5.0 x8 E3.S card) is rated 36 GB/s; its x8 link carries ~32 GB/s per direction;
+    the GPU link is PCIe 5.0 x16, ~64 GB/s per direction. One device (the default) with reads or writes
+    alone is today's single 32 GB/s link queue; mixed, the two directions overlap up to the media's 36 GB/s.
+    """
+
+    cxl_bytes: int = param(512 * MiB, "memory capacity (all interleaved devices together)")
+    load_ns: int = param(250, "load latency: measured CXL expanders 140-410 ns, 2-5x local DRAM "
+                              "(arXiv 2409.14317, 2405.14209)")
+    store_ns: int = param(250, "store latency (as load_ns)")
+    bandwidth_bytes_per_s: int = param(32_000_000_000, "each device's CXL link, per direction: PCIe 5.0 x8 "
+                                                       "~32 GB/s (CMM-D)")
+    page_bytes: int = param(4 * KiB, "addressing unit of op batches (lba, npages)")
+    media_bytes_per_s: int = param(36_000_000_000, "each device's DRAM media, both directions together: "
+                                                   "Samsung CMM-D (CXL 2.0) is rated 36 GB/s")
+    gpu_link_bytes_per_s: int = param(64_000_000_000, "host link to the GPU that every transfer crosses, per "
+                                                      "direction: PCIe 5.0 x16 ~64 GB/s; 0 = not modelled")
+    interleave_ways: int = param(1, "devices in the interleave set (CXL HDM decoder: 1, 2, 3, 4, 6, 8, 12, 16)")
+    interleave_granule_bytes: int = param(256, "interleave granularity: consecutive granules go to consecutive "
+                                               "devices (CXL: 256 B to 16 KiB, powers of two)")
+
+    def validate(self) -> "CxlParams":
+        for name in ("cxl_bytes", "load_ns", "store_ns", "page_bytes"):
+            if getattr(self, name) <= 0:
+                raise KvbedError(f"{name} must be positive, got {getattr(self, name)}")
+        _check_bandwidths(self, ("bandwidth_bytes_per_s", "media_bytes_per_s"), ("gpu_link_bytes_per_s",))
         if self.cxl_bytes % self.page_bytes:
             raise KvbedError(f"cxl_bytes ({self.cxl_bytes}) must be a multiple of page_bytes ({self.page_bytes})")
+        if self.interleave_ways not in CXL_INTERLEAVE_WAYS:
+            raise KvbedError(f"interleave_ways must be one of {', '.join(map(str, CXL_INTERLEAVE_WAYS))} "
+                             f"(CXL HDM decoders), got {self.interleave_ways}")
+        if self.interleave_granule_bytes not in CXL_GRANULES:
+            raise KvbedError(f"interleave_granule_bytes must be a power of two from 256 to 16384 (CXL HDM "
+                             f"decoders), got {self.interleave_granule_bytes}")
         return self
 
 
 @dataclass(frozen=True)
 class CxlSsdParams:
-    """CXL-SSD: a set-associative DRAM page cache (write-back) in front of a conventional FTL.
+    """CXL-SSD: a set-associative DRAM cache (write-back) in front of a conventional FTL.
 
-    Hits cost the CXL link transfer plus ``CxlParams.load_ns``/``store_ns``; read misses add a
-    NAND read of the backing FTL; evicting a dirty page writes it to flash in the background.
+    The cache holds *units* of ``cache_unit_bytes`` (whole flash pages): a miss fills the whole unit
+    from flash, an evicted dirty unit is written back whole. Sets are ``cache_ways`` units; a unit goes
+    to set ``unit % sets``; each set keeps its own replacement state (``cache_policy``). Hits cost the
+    CXL link transfer plus ``CxlParams.load_ns``/``store_ns``; read misses wait for the NAND read.
+    ``cache_bytes=0`` sizes the cache at 1/20 of the flash's logical capacity, rounded down to whole
+    sets: Cylon's default DRAM buffer (Yoon et al., FAST'26; its artifact's run-cxlssd.sh sets
+    ``bufsz = ssd_size / 20``).
     """
 
-    cache_bytes: int = param(256 * MiB, "DRAM page cache in front of the flash")
-    cache_ways: int = param(8, "set associativity of the cache")
+    cache_bytes: int = param(0, "DRAM cache in front of the flash; 0 = 1/20 of logical_bytes (Cylon, FAST'26), "
+                                "rounded down to whole sets")
+    cache_ways: int = param(8, "set associativity of the cache (units per set)")
+    cache_policy: str = param("lru", "replacement policy within a set", choices=_cache_policy_names)
+    cache_unit_bytes: int = param(0, "cache unit: filled from and written back to flash whole; a multiple of "
+                                     "page_bytes; 0 = page_bytes")
+
+    def unit_bytes(self, flash: FlashParams) -> int:
+        return self.cache_unit_bytes or flash.page_bytes
+
+    def set_bytes(self, flash: FlashParams) -> int:
+        return self.unit_bytes(flash) * self.cache_ways
+
+    def resolved_cache_bytes(self, flash: FlashParams) -> int:
+        """The cache size in bytes: as given, or 1/20 of the logical capacity rounded down to whole sets
+        (at least one set)."""
+        if self.cache_bytes:
+            return self.cache_bytes
+        sb = self.set_bytes(flash)
+        return max(1, flash.logical_bytes // 20 // sb) * sb
 
     def validate_with(self, flash: FlashParams) -> "CxlSsdParams":
-        if self.cache_bytes <= 0 or self.cache_ways <= 0:
-            raise KvbedError("cache_bytes and cache_ways must be positive")
-        pages = self.cache_bytes // flash.page_bytes
-        if self.cache_bytes % flash.page_bytes or pages % self.cache_ways:
-            raise KvbedError(f"cache_bytes ({self.cache_bytes}) must be a whole number of sets of cache_ways "
-                             f"({self.cache_ways}) pages of page_bytes ({flash.page_bytes})")
+        if self.cache_bytes < 0:
+            raise KvbedError(f"cache_bytes must be >= 0 (0 = 1/20 of logical_bytes), got {self.cache_bytes}")
+        if self.cache_ways <= 0:
+            raise KvbedError(f"cache_ways must be positive, got {self.cache_ways}")
+        if self.cache_unit_bytes < 0:
+            raise KvbedError(f"cache_unit_bytes must be >= 0 (0 = page_bytes), got {self.cache_unit_bytes}")
+        check_fields(self)
+        unit = self.unit_bytes(flash)
+        if unit % flash.page_bytes:
+            raise KvbedError(f"cache_unit_bytes ({unit}) must be a multiple of page_bytes ({flash.page_bytes})")
+        if flash.logical_bytes % unit:
+            raise KvbedError(f"logical_bytes ({flash.logical_bytes}) must be a multiple of cache_unit_bytes ({unit})")
+        if self.cache_bytes % self.set_bytes(flash):
+            raise KvbedError(f"cache_bytes ({format_size(self.cache_bytes)}) must be a whole number of sets of "
+                             f"cache_ways ({self.cache_ways}) units of {format_size(unit)}")
+        size = self.resolved_cache_bytes(flash)
+        if size > flash.logical_bytes:
+            what = "cache_bytes" if self.cache_bytes else f"one set ({self.cache_ways} units of {format_size(unit)})"
+            raise KvbedError(f"{what} ({format_size(size)}) is larger than the device "
+                             f"(logical_bytes {format_size(flash.logical_bytes)})")
         return self

@@ -222,6 +222,13 @@ class DeviceLoader:
                     f"{dev.logical_pages * self.page_bytes}" + (f"; raise {key} or lower max_tokens" if key else ""))
             size = -(-need_pages * self.page_bytes // GiB) * GiB
             dev = cls.from_params(mine + [f"{key}={size}"])
+            if spec.flush_key:  # a cache sized from the capacity (cxl-ssd: 1/20) grew with it
+                self.flush_pages = self._group_value(dev, spec.flush_key) // self.page_bytes
+                need_pages = max_q * -(-max_obj_bytes // self.page_bytes) + self.flush_pages
+                if need_pages > dev.logical_pages:
+                    dev = cls.from_params(mine + [f"{key}={2 * size}"])
+                    self.flush_pages = self._group_value(dev, spec.flush_key) // self.page_bytes
+                    need_pages = max_q * -(-max_obj_bytes // self.page_bytes) + self.flush_pages
         self.dev = dev
         self.config = dev.config()
         if spec.written:
@@ -233,6 +240,10 @@ class DeviceLoader:
 
     @staticmethod
     def _group_value(dev: Any, key: str) -> int:
+        """The device's value of ``key``: its own resolved attribute when it has one (cxl-ssd's cache_bytes,
+        where the parameter's 0 means 1/20 of the flash), else the parameter."""
+        if isinstance(getattr(dev, key, None), int):
+            return int(getattr(dev, key))
         for group in dev.params.values():
             if hasattr(group, key):
                 return int(getattr(group, key))

@@ -14,7 +14,7 @@ from testbed.core.params import describe
 
 def parameter_sets() -> dict[str, tuple[type, str]]:
     """name -> (dataclass, where it applies), in the order they are documented."""
-    from devicemodels.params import CxlParams, CxlSsdParams, FdpParams, FlashParams, ZnsParams
+    from devicemodels.params import CxlParams, CxlSsdParams, DramParams, FdpParams, FlashParams, ZnsParams
     from kvreplay.costmodel import CostParams
     from kvreplay.hints import HINTS
     from kvreplay.layout.params import LayoutParams
@@ -38,6 +38,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "flash": (FlashParams, "devices conv, fdp, zns, cxl-ssd (kvbed replay, kvbed device run, kvbed up)"),
         "fdp": (FdpParams, "device fdp"),
         "zns": (ZnsParams, "device zns"),
+        "dram": (DramParams, "device dram"),
         "cxl": (CxlParams, "devices cxl, cxl-ssd"),
         "cache": (CxlSsdParams, "device cxl-ssd"),
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),

@@ -135,8 +135,8 @@ def test_each_device_gets_the_layout_of_its_namespace():
     from kvreplay.layout import ExtentLayout, ZoneLayout, layout_for
 
     got = {n: layout_for(DEVICES.get(n)) for n in DEVICES}
-    assert got == {"conv": ExtentLayout, "cxl": ExtentLayout, "cxl-ssd": ExtentLayout, "fdp": ExtentLayout,
-                   "zns": ZoneLayout}
+    assert got == {"conv": ExtentLayout, "cxl": ExtentLayout, "cxl-ssd": ExtentLayout, "dram": ExtentLayout,
+                   "fdp": ExtentLayout, "zns": ZoneLayout}
 
 
 def test_layouts_answer_for_devices():

@@ -51,7 +51,8 @@ def test_zns_and_cxl_runs():
 
 def test_list_and_params():
     r = run("list")
-    assert "conv, cxl, cxl-ssd, fdp, zns" in r.output and "d-choices" in r.output and "hotcold" in r.output
+    assert "conv, cxl, cxl-ssd, dram, fdp, zns" in r.output and "d-choices" in r.output and "hotcold" in r.output
+    assert all(f"cache policy  {p} " in r.output for p in ("clock", "fifo", "lru", "s3fifo"))
     r = run("params", "zns")
     assert "zone_cap_bytes" in r.output and "page_program_ns" in r.output
 

@@ -373,7 +373,26 @@ def test_conv_and_cxl_replay(trace, tmp_path):
     j = result(tmp_path / "cxl")["jobs"][0]
     assert j["waf"] == 1.0 and j["object_read"]["total_ios"] > 0
     replay_cli(trace, tmp_path / "cs", "--device", "cxl-ssd")
-    assert result(tmp_path / "cs")["jobs"][0]["object_write"]["total_ios"] == 3000
+    r = result(tmp_path / "cs")
+    assert r["jobs"][0]["object_write"]["total_ios"] == 3000
+    # the cache: 1/20 of the flash in whole sets of 8 units of 1 MiB; hit and miss reads apart
+    cache, dev = r["device"]["cache"], r["device"]
+    assert cache["cache_bytes"] == r["sizing"]["logical_bytes"] // 20 // (8 << 20) * (8 << 20)
+    assert cache["read_hit_latency"]["ios"] + cache["read_miss_latency"]["ios"] == dev["latency"]["read"]["ios"]
+    assert cache["writebacks"] == dev["counters"]["cache_writebacks"] and "waf" in dev["flash"]
+
+
+def test_dram_replay_is_sized_like_cxl(trace, tmp_path):
+    replay_cli(trace, tmp_path / "dram", "--device", "dram")
+    replay_cli(trace, tmp_path / "cxl", "--device", "cxl")
+    d, c = result(tmp_path / "dram"), result(tmp_path / "cxl")
+    assert d["sizing"]["logical_bytes"] == c["sizing"]["logical_bytes"] == d["device"]["geometry"]["dram_bytes"]
+    assert d["global options"]["device_params"]["dram"]["page_bytes"] == 1 << 20
+    jd, jc = d["jobs"][0], c["jobs"][0]
+    assert jd["waf"] == 1.0 and jd["object_write"]["total_ios"] == 3000
+    # a 4 MiB object: over the GPU link at 64 GB/s (65.5 us) + 100 ns, not over one 32 GB/s CXL link + 250 ns
+    assert jd["object_write"]["lat_ns"]["min"] == 4 * 16384 + 100
+    assert jc["object_write"]["lat_ns"]["min"] == 4 * 32768 + 250
 
 
 # --------------------------------------------------------------------------------------------- bad input
@@ -386,7 +405,8 @@ def _other_version(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", [
-    "version", "tier", "too_small", "hint", "param", "value", "scale_and_afap", "missing", "not_parquet",
+    "version", "tier", "too_small", "cache_too_big", "negative_bandwidth", "hint", "param", "value",
+    "scale_and_afap", "missing", "not_parquet",
     "config_and_trace", "window", "scale_param_and_afap", "afap_param_and_scale",
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
@@ -395,6 +415,10 @@ def test_bad_input_is_one_line_exit_2_and_no_output(trace, tmp_path, case):
         "version": ([_other_version(tmp_path / "v2.parquet")], ["format version 2", "reads version 1"]),
         "tier": ([trace, "--tier", "cxl"], ["tier 'cxl' is absent from the trace", "ssd ("]),
         "too_small": ([trace, "--param", "logical_bytes=64MiB"], ["too small"]),
+        "cache_too_big": ([trace, "--device", "cxl-ssd", "--param", "cache_bytes=1TiB"],
+                          ["cache_bytes (1TiB) is larger than the device (logical_bytes"]),
+        "negative_bandwidth": ([trace, "--device", "dram", "--param", "link_bytes_per_s=-1"],
+                               ["link_bytes_per_s must be >= 0"]),
         "hint": ([trace, "--hints", "magic"], ["unknown hint policy 'magic'", "oracle"]),
         "param": ([trace, "--param", "bogus=1"], ["unknown parameter 'bogus'"]),
         "value": ([trace, "--param", "op_ratio=lots"], ["op_ratio", "expected a number"]),

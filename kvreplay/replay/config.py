@@ -20,7 +20,7 @@ from kvreplay.hints import HINTS
 from kvreplay.layout import LayoutParams
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.scan import ScanResult
-from kvreplay.replay.sizing import apply_defaults, explicit_keys, size_device
+from kvreplay.replay.sizing import CAPACITY_FIELDS, apply_defaults, explicit_keys, size_device
 from testbed.core.errors import KvbedError
 from testbed.core.params import from_dict, split_overrides, to_dict, with_options, with_overrides
 from testbed.core.version import __version__
@@ -153,8 +153,9 @@ def size_run(cfg: RunConfig, sc: ScanResult, zone_streams: int, *,
                   gc_free_zones=cfg.layout.gc_free_zones, tier=rp.tier)
     groups = cfg.device_params
     if cfg.sized:
-        size_device(groups, set(cfg.explicit) | {"logical_bytes", "cxl_bytes", "channels", "ru_bytes",
-                                                 "blocks_per_line"}, owner=owner, **common)
+        size_device(groups, set(cfg.explicit) | set(CAPACITY_FIELDS.values()) | {"channels", "ru_bytes",
+                                                                                 "blocks_per_line"},
+                    owner=owner, **common)
         if fit_params:
             groups = fit_params(groups)
             if groups != cfg.device_params:

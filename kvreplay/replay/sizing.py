@@ -17,9 +17,9 @@ defaults (each overridable with ``--param``) are:
 - ZNS zones striped over every die in the same way (zone = 1 MiB x dies, with
   the ZnsParams share of it writable, 3/4), halved for small devices until
   there are at least ``MIN_LINES`` zones;
-- CXL: a 1 MiB addressing unit.
+- memory (``dram``, ``cxl``): a 1 MiB addressing unit.
 
-Capacity: unless ``logical_bytes`` (``cxl_bytes``) is given, the logical
+Capacity: unless ``logical_bytes`` (``dram_bytes``, ``cxl_bytes``) is given, the logical
 capacity is the tier's peak live data (in mapping units, from the first pass)
 divided by ``fill_ratio`` (0.9), so the device runs at the fill level the KV
 tier itself ran at and GC has to work. An explicit capacity below the peak live
@@ -52,10 +52,20 @@ MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% O
 REPLAY_DEFAULTS: dict[str, dict[str, Any]] = {
     "flash": {"page_bytes": 1 * MiB, "pages_per_block": 1},
     "cxl": {"page_bytes": 1 * MiB},
+    "dram": {"page_bytes": 1 * MiB},
 }
 
-# Fields the sizing may set itself when the user did not.
-CAPACITY_FIELDS = {"flash": "logical_bytes", "cxl": "cxl_bytes"}
+# Fields the sizing may set itself when the user did not, by parameter group (the first present wins:
+# a cxl-ssd has flash and cxl groups, and its capacity is the flash's).
+CAPACITY_FIELDS = {"flash": "logical_bytes", "cxl": "cxl_bytes", "dram": "dram_bytes"}
+
+
+def capacity_group(groups: dict[str, Any]) -> str:
+    """The parameter group that holds the device's capacity."""
+    for g in CAPACITY_FIELDS:
+        if g in groups:
+            return g
+    raise KvbedError(f"device has none of the parameter groups {', '.join(CAPACITY_FIELDS)}")
 
 
 def apply_defaults(groups: dict[str, Any]) -> dict[str, Any]:
@@ -67,11 +77,7 @@ def apply_defaults(groups: dict[str, Any]) -> dict[str, Any]:
 
 
 def page_bytes_of(groups: dict[str, Any]) -> int:
-    if "flash" in groups:
-        return int(groups["flash"].page_bytes)
-    if "cxl" in groups:
-        return int(groups["cxl"].page_bytes)
-    raise KvbedError("device has neither flash nor cxl parameters")
+    return int(groups[capacity_group(groups)].page_bytes)
 
 
 def _line_fields(groups: dict[str, Any], explicit: set[str], logical_bytes: int) -> tuple[dict[str, Any], list[str]]:
@@ -171,7 +177,7 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
     """
     groups = dict(groups)
     pb = page_bytes_of(groups)
-    cap_group = "flash" if "flash" in groups else "cxl"
+    cap_group = capacity_group(groups)
     cap_field = CAPACITY_FIELDS[cap_group]
     is_explicit = cap_field in explicit or f"{cap_group}.{cap_field}" in explicit
     need_pages = max(1, math.ceil(peak_live_pages / fill_ratio))
@@ -234,10 +240,10 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
             groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": logical})
         usable = groups["flash"].logical_bytes // pb
         logical = groups["flash"].logical_bytes
-    else:
+    else:  # memory: the capacity is the live data's pages over the fill ratio
         if not is_explicit:
-            groups["cxl"] = with_overrides(groups["cxl"], {"cxl_bytes": need_pages * pb})
-        logical = groups["cxl"].cxl_bytes
+            groups[cap_group] = with_overrides(groups[cap_group], {cap_field: need_pages * pb})
+        logical = getattr(groups[cap_group], cap_field)
         usable = logical // pb
     rec["logical_bytes"] = int(logical)
     rec["usable_pages"] = int(usable)

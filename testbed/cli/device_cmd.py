@@ -25,18 +25,20 @@ def _devices():
 
 @click.group("device")
 def device() -> None:
-    """Run synthetic workloads on the flash (conv/fdp/zns) and CXL device models."""
+    """Run synthetic workloads on the flash (conv/fdp/zns), memory (dram/cxl) and CXL-SSD device models."""
 
 
 @device.command("list")
 def list_cmd() -> None:
-    """Devices, GC victim policies and workloads."""
+    """Devices, GC victim policies, CXL-SSD cache policies and workloads."""
     dm = _devices()
     from devicemodels.workloads import WORKLOADS
 
     click.echo("devices:      " + ", ".join(dm.DEVICES.names()))
     for name in dm.GC_POLICIES.names():
         click.echo(f"gc policy     {name:13s} {dm.GC_POLICIES.get(name).summary}")
+    for name in dm.CACHE_POLICIES.names():
+        click.echo(f"cache policy  {name:13s} {dm.CACHE_POLICIES.get(name).summary} (cxl-ssd)")
     for name in WORKLOADS.names():
         doc = (WORKLOADS.get(name).__doc__ or "").strip().splitlines()[0]
         click.echo(f"workload      {name:13s} {doc}")
@@ -104,6 +106,18 @@ def _print_summary(res: dict) -> None:
     if "fdp" in job:
         s = job["fdp"]["stats_log"]
         click.echo(f"  FDP log 0x22: HBMW={s['hbmw']} MBMW={s['mbmw']} MBE={s['mbe']}")
+    if "cache" in job:
+        k = job["cache"]
+        click.echo(f"  cache: {k['policy']}, {k['cache_bytes'] / 2**20:.1f}MiB in {k['sets']} sets x {k['ways']} "
+                   f"ways of {k['unit_bytes'] // 1024}KiB; read hit ratio={k['read_hit_ratio']:.4f}, write hit "
+                   f"ratio={k['write_hit_ratio']:.4f}, fills={k['fills']}, write-backs={k['writebacks']}, "
+                   f"flash WAF={job['flash']['waf']:.4f}")
+        for what in ("hit", "miss"):
+            lat = k[f"read_{what}_latency"]["lat_ns"]
+            if lat["N"]:
+                p = lat["percentile"]
+                click.echo(f"    read {what}: ios={lat['N']}, avg={_fmt_ns(lat['mean'])}, "
+                           f"p50={_fmt_ns(p['50.000000'])}, p99={_fmt_ns(p['99.000000'])}")
     w = job.get("wear")
     if w:
         click.echo(f"  wear: erase count max={w['erase_count_max']} mean={w['erase_count_mean']:.2f}, "
@@ -152,8 +166,8 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
         if pages <= 0:
             raise KvbedError(f"--pages must be positive, got {pages}")
         groups = cls.param_groups(overrides)
-        owner = next(g for g in groups.values() if hasattr(g, "logical_bytes") or hasattr(g, "cxl_bytes"))
-        key = "logical_bytes" if hasattr(owner, "logical_bytes") else "cxl_bytes"
+        owner, key = next((g, k) for g in groups.values() for k in ("logical_bytes", "dram_bytes", "cxl_bytes")
+                          if hasattr(g, k))
         overrides = with_options(overrides, {key: pages * owner.page_bytes})
     if output:
         check_can_make_dir(output, f"-o {output}")
