@@ -69,18 +69,7 @@ def plot_waf(run: Run, path: Path) -> None:
 
 
 def plot_latency_cdf(run: Run, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for s in CDF_SERIES:
-        x, y = _cdf(run, s)
-        if len(x):
-            ax.step(x / 1e6, y, where="post", label=s)
-    ax.set_xscale("log")
-    ax.set_xlabel("latency (ms)")
-    ax.set_ylabel("fraction of ops / objects")
-    ax.set_title(f"latency CDF - {run.label}")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    _cdf_plot(run, [(s, s) for s in CDF_SERIES], path, "latency (ms)", "latency CDF", "fraction of ops / objects")
 
 
 def plot_ruh_bytes(run: Run, path: Path) -> None:
@@ -110,7 +99,8 @@ def plot_ruh_bytes(run: Run, path: Path) -> None:
     _save(fig, path)
 
 
-def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, title: str) -> None:
+def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, title: str,
+              ylabel: str = "fraction") -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for s, label in series:
         x, y = _cdf(run, s)
@@ -118,7 +108,7 @@ def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, 
             ax.step(x / 1e6, y, where="post", label=label)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction")
+    ax.set_ylabel(ylabel)
     ax.set_title(f"{title} - {run.label}")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
