@@ -34,7 +34,7 @@ a fingerprint of every kernel source (editing a module a kernel inlines from rec
 at the first compile, not on import.
 """
 
-from devicemodels.base import DEVICES, GC_POLICIES  # noqa: F401
-from devicemodels import gc_policies  # noqa: F401  (registers GC policies)
+from devicemodels.base import DEVICES, GC_POLICIES, PRESETS  # noqa: F401
+from devicemodels import gc_policies, presets  # noqa: F401  (registers GC policies, parameter presets)
 from devicemodels.cache_policies import CACHE_POLICIES  # noqa: F401
 from devicemodels import conv, cxl, cxl_ssd, dram, fdp, zns  # noqa: F401  (register devices)

@@ -136,6 +136,14 @@ class DeviceModel(abc.ABC):
         from testbed.core.params import field_types, split_overrides, with_overrides
 
         base = {g: groups.get(g) or c() for g, c in cls.param_classes.items()}
+        if isinstance(overrides, dict) and any(k.rpartition(".")[2] == "preset" for k in overrides):
+            # a preset's group goes first and the dict's own values after it (they win)
+            from testbed.core.params import expand_presets
+
+            pre = [f"{k}={v}" for k, v in overrides.items() if k.rpartition(".")[2] == "preset"]
+            for g, kv in split_overrides(expand_presets(pre, cls.param_classes)[:-len(pre)],
+                                         cls.param_classes).items():
+                base[g] = with_overrides(base[g], kv)
         if isinstance(overrides, dict):
             for key, val in overrides.items():
                 g, _, k = key.rpartition(".")
@@ -168,3 +176,4 @@ class DeviceModel(abc.ABC):
 
 DEVICES: Registry[type[DeviceModel]] = Registry("device")
 GC_POLICIES: Registry[Any] = Registry("GC victim policy")
+PRESETS: Registry[Any] = Registry("parameter preset")  # FlashParams.preset (devicemodels.presets)

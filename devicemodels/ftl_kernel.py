@@ -20,7 +20,9 @@ collected back to back from then on as long as each starts before ``t`` (host op
 arriving later queue behind their die work). With ``bg_on_write`` (FEMU's trigger)
 it runs instead when a host write has opened a line and fewer than ``bg`` are free:
 its work is queued on the dies from the write's time, and the write does not wait
-for it (only for its own die). With ``bg = fg + 1`` the next allocation
+for it (only for its own die). With ``bg_per_cmd`` (FEMU's FTL loop) one victim is collected after
+every host command while fewer than ``bg`` are free, skipping (deferring) a victim with fewer than
+``bg_min_inv`` invalid pages. With ``bg = fg + 1`` the next allocation
 then finds its line without stalling. Background GC holds one more line free
 while a line fills, so on devices with few lines it raises WAF: the usual trade
 of write amplification for fewer stalls. With timing off there is no idle time
@@ -48,7 +50,7 @@ from devicemodels.ftl_state import (
     C_ERASES, C_GC_BG, C_GC_FG, C_GC_PAGES, C_GC_RUNS, C_HOST, C_LINES_OPENED, C_MEDIA, C_OPS, C_READ,
     C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, LINE_CLOSED,
     LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_HOST_BUSY, M_WB_POS, RG_BMIN,
-    RG_CLOSED, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
+    RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
 from devicemodels.gc_policies import GREEDY, NO_POLICY, select_victim
 from devicemodels.histogram import hist_record
 from devicemodels.jit import kernel
@@ -57,7 +59,7 @@ from devicemodels.prefetch import prefetch
 # error codes returned in err[0]; err[1] = op index, err[2] = reclaim group / op code / GC policy code
 ERR_OK, ERR_STUCK, ERR_NO_DEST, ERR_OP, ERR_POLICY = 0, 1, 2, 3, 4
 # what _gc_one reports in out[0] instead of the pages it gained
-GC_NO_VICTIM, GC_NO_DEST, GC_NO_POLICY = -1, -2, -3
+GC_NO_VICTIM, GC_NO_DEST, GC_NO_POLICY, GC_DEFERRED = -1, -2, -3, -4
 PF_OPS = 16  # prefetch the L2P entry of the op this many ahead
 PF_GC = 32  # ... and of the victim page this many ahead
 
@@ -261,17 +263,54 @@ def _invalidate(p2l, vc, lstate, bhead, bnext, bprev, rgm, g, ppa):
 
 
 # ----------------------------------------------------------------------------- garbage collection
+@kernel(inline="always")
+def _gc_die(g, jj):
+    """The ``jj``-th die (within the line's stripe) block-order GC cleans: channel-major, as FEMU's
+    clean loop (ftl-fdp.c:991-1001: for ch, for lun); die ``j`` of the stripe is on channel
+    ``j % C`` (C = ``gc_block_ch``). Page order has one pseudo die: 0."""
+    if g.gc_block_ch == 0:
+        return 0
+    lw = g.w // g.gc_block_ch
+    return (jj // lw) + (jj - (jj // lw) * lw) * g.gc_block_ch
+
+
+@kernel(inline="always")
+def _gc_src(g, i):
+    """The ``i``-th page of a victim line that GC copies (``_gc_one`` walks the same order as nested
+    loops). Page order (``gc_block_ch`` 0): ``i``, the order written. Block order: block by block,
+    each block's pages in order; the line's page ``p`` is on its die ``p % w``, so die ``j``'s pages
+    are ``j, j + w, ...``. It scatters an object written across the stripe over the GC destination."""
+    if g.gc_block_ch == 0:
+        return i
+    per = g.ppl // g.w
+    jj = i // per
+    return _gc_die(g, jj) + (i - jj * per) * g.w
+
+
 @kernel
-def _gc_one(st, g, rg, t0, out):
+def _gc_one(st, g, rg, t0, out, min_inv):
     """Collect one victim of group ``rg``: copies and erase start at ``t0``.
 
     out[0] = pages gained (ppl - moved), or GC_NO_VICTIM, GC_NO_DEST, GC_NO_POLICY (unknown policy
-    code: nothing changed); out[1] = end time.
+    code: nothing changed), GC_DEFERRED (the victim holds valid pages and fewer than ``min_inv``
+    invalid ones: left for later, nothing changed, as FEMU's non-forced GC puts it back);
+    out[1] = end time.
+
+    Where the copies go: one frontier for everything (``gc_shared``, conv); the victim RUH's own GC
+    frontier (persistently isolated data); else, for initially isolated data, the shared GC frontier,
+    or the last RUH's host frontier with ``ii_host`` (FEMU). ``fa`` is the frontier whose page count
+    the copies are charged to (per-RUH GC bytes), the GC frontier even when the copies land in a host
+    line.
     """
     out[1] = t0
     v = select_victim(st, g, rg)
     if v < 0:
         out[0] = GC_NO_POLICY if v == NO_POLICY else GC_NO_VICTIM
+        return
+    if min_inv > 0 and st.vc[v] > 0 and st.wp[v] - st.vc[v] < min_inv:
+        if g.use_fifo:  # the FIFO selector popped its ring: put the victim back at its head
+            st.rgm[rg, RG_FIFO_HEAD] -= 1
+        out[0] = GC_DEFERRED
         return
     _unclose(st, g, rg, v)
     st.lstate[v] = LINE_VICTIM
@@ -279,12 +318,19 @@ def _gc_one(st, g, rg, t0, out):
     if g.gc_shared:
         f = rg * g.F
         gc_owner = 0
-    elif g.pi and 0 <= ow < g.nruh:
+        fa = f
+    elif g.pi and 0 <= ow < g.nruh and not (g.last_ii and ow == g.nruh - 1):
         f = rg * g.F + g.nruh + ow
         gc_owner = ow
+        fa = f
     else:
-        f = rg * g.F + g.nruh
-        gc_owner = g.nruh
+        fa = rg * g.F + g.nruh + (ow if g.last_ii else 0)
+        if g.ii_host:
+            f = rg * g.F + g.nruh - 1
+            gc_owner = g.nruh - 1
+        else:
+            f = fa
+            gc_owner = ow if g.last_ii else g.nruh
     l2p, p2l, vc, wpa, ctr, misc = st.l2p, st.p2l, st.vc, st.wp, st.ctr, st.misc
     die_free, ch_free = st.die_free, st.ch_free
     ppl = g.ppl
@@ -305,45 +351,59 @@ def _gc_one(st, g, rg, t0, out):
     die0 = st.die0
     d0v = die0[v]
     d0d = die0[dst] if dst >= 0 else 0
+    # the copy order as nested loops (no per-page branch on it): dies of the stripe, then each die's
+    # pages p = j + k * step (page order: one pseudo die, step 1, the n written pages)
+    nd, step, cnt = 1, 1, n
+    if g.gc_block_ch:
+        nd, step, cnt = g.w, g.w, ppl // g.w
     if g.timing:  # read every valid page first (a read must not queue behind this victim's programs)
         k = 0
-        for p in range(n):
-            if p2l[base + p] >= 0:
-                rdone[k] = t_read(die_free, ch_free, g, line_die(g, d0v, v, p), t0)
-                k += 1
-    for p in range(n):
-        if p + PF_GC < n:
-            nxt = p2l[base + p + PF_GC]
-            prefetch(l2p, nxt if nxt > 0 else 0)
-        lba = p2l[base + p]
-        if lba < 0:
-            continue
-        if dst < 0:
-            if free_count(st, rg) == 0:
-                out[0] = GC_NO_DEST
-                return
-            dst = _open(st, g, rg, f, gc_owner)
-            q = 0
-            added = 0
-            dbase = dst * ppl
-            d0d = die0[dst]
-        ppa = dbase + q
-        p2l[ppa] = lba
-        l2p[lba] = ppa
-        clock += 1
-        added += 1
-        if g.timing:
-            e = t_prog(die_free, ch_free, g, line_die(g, d0d, dst, q), t0, rdone[clock - clock0 - 1])
-            if e > t_end:
-                t_end = e
-        q += 1
-        if q == ppl:
-            wpa[dst] = q
-            vc[dst] += added
-            misc[M_CLOCK] = clock
-            _close(st, g, dst)
-            st.fr_line[f] = -1
-            dst = -1
+        for jj in range(nd):
+            j = _gc_die(g, jj)
+            for kk in range(cnt):
+                p = j + kk * step
+                if p < n and p2l[base + p] >= 0:
+                    rdone[k] = t_read(die_free, ch_free, g, line_die(g, d0v, v, p), t0)
+                    k += 1
+    for jj in range(nd):
+        j = _gc_die(g, jj)
+        for kk in range(cnt):
+            p = j + kk * step
+            if p >= n:
+                break  # block order: the rest of this die's pages are unwritten
+            pn = p + PF_GC * step
+            if pn < n:
+                nxt = p2l[base + pn]
+                prefetch(l2p, nxt if nxt > 0 else 0)
+            lba = p2l[base + p]
+            if lba < 0:
+                continue
+            if dst < 0:
+                if free_count(st, rg) == 0:
+                    out[0] = GC_NO_DEST
+                    return
+                dst = _open(st, g, rg, f, gc_owner)
+                q = 0
+                added = 0
+                dbase = dst * ppl
+                d0d = die0[dst]
+            ppa = dbase + q
+            p2l[ppa] = lba
+            l2p[lba] = ppa
+            clock += 1
+            added += 1
+            if g.timing:
+                e = t_prog(die_free, ch_free, g, line_die(g, d0d, dst, q), t0, rdone[clock - clock0 - 1])
+                if e > t_end:
+                    t_end = e
+            q += 1
+            if q == ppl:
+                wpa[dst] = q
+                vc[dst] += added
+                misc[M_CLOCK] = clock
+                _close(st, g, dst)
+                st.fr_line[f] = -1
+                dst = -1
     if dst >= 0:
         wpa[dst] = q
         vc[dst] += added
@@ -352,7 +412,7 @@ def _gc_one(st, g, rg, t0, out):
     p2l[base:base + n] = -1
     ctr[C_MEDIA] += moved
     ctr[C_GC_PAGES] += moved
-    st.fr_pages[f] += moved
+    st.fr_pages[fa] += moved
     vc[v] = 0
     wpa[v] = 0
     st.erase[v] += 1
@@ -394,7 +454,7 @@ def _make_room(st, g, rg, thr, t0, which, err, tmp):
     t_end = t0
     zero = 0
     while free_count(st, rg) <= thr:
-        _gc_one(st, g, rg, t0, tmp)
+        _gc_one(st, g, rg, t0, tmp, 0)
         if tmp[0] < 0:
             _gc_failed(g, rg, tmp[0], err)
             return -1
@@ -421,7 +481,7 @@ def _bg_gc_on_write(st, g, rg, t, tmp):
     if not (g.bg_on_write and g.timing):
         return
     while free_count(st, rg) < g.bg:
-        _gc_one(st, g, rg, t, tmp)
+        _gc_one(st, g, rg, t, tmp, g.bg_min_inv)
         if tmp[0] < 0:
             break
         st.ctr[C_GC_BG] += 1
@@ -481,7 +541,7 @@ def _bg_gc(st, g, t, tmp):
         if misc[M_BG_END] > start:
             start = misc[M_BG_END]
         while free_count(st, rg) < g.bg and start <= t:
-            _gc_one(st, g, rg, start, tmp)
+            _gc_one(st, g, rg, start, tmp, g.bg_min_inv)
             if tmp[0] < 0:
                 break
             st.ctr[C_GC_BG] += 1
@@ -491,6 +551,23 @@ def _bg_gc(st, g, t, tmp):
                 misc[M_BUSY_UNTIL] = start
             if tmp[0] == 0:
                 break
+
+
+@kernel
+def _bg_gc_per_cmd(st, g, t, tmp):
+    """With ``bg_per_cmd`` (FEMU's FTL loop, ftl.c bb_ftl_process_req): after a host command, one
+    background victim of the first reclaim group short of ``bg`` free lines, its work queued on the
+    dies from ``t``; nobody waits for it. A deferred victim (too few invalid pages), a missing victim
+    or destination ends it quietly: foreground GC reports errors. Runs with timing off too: it decides
+    how much space is held free, hence WAF."""
+    for rg in range(g.nrg):
+        if free_count(st, rg) < g.bg:
+            _gc_one(st, g, rg, t, tmp, g.bg_min_inv)
+            if tmp[0] >= 0:
+                st.ctr[C_GC_BG] += 1
+                if g.timing and tmp[1] > st.misc[M_BUSY_UNTIL]:
+                    st.misc[M_BUSY_UNTIL] = tmp[1]
+            return
 
 
 @kernel
@@ -525,7 +602,7 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                 ahead = l2p[x]  # prefetched PF_OPS/2 ops ago: where that overwrite lands
                 prefetch(p2l, ahead if ahead > 0 else 0)
         t = arrival[i]
-        if timing and not g.bg_on_write and misc[M_HOST_BUSY] <= t and misc[M_BG_END] <= t:  # idle: bg GC if short
+        if timing and not g.bg_on_write and not g.bg_per_cmd and misc[M_HOST_BUSY] <= t and misc[M_BG_END] <= t:  # idle: bg GC if short
             short = False
             for rg in range(g.nrg):
                 if rgm[rg, RG_FREE_TAIL] - rgm[rg, RG_FREE_HEAD] < g.bg:
@@ -611,6 +688,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
             err[1] = i
             err[2] = o
             return
+        if g.bg_per_cmd:
+            _bg_gc_per_cmd(st, g, t, tmp)
         done[i] = d
         if timing:
             hist_record(hist[o], d - t)

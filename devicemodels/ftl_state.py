@@ -95,6 +95,11 @@ class Geo(NamedTuple):
     fg: int  # foreground GC threshold (free lines)
     bg: int  # background GC threshold (free lines)
     bg_on_write: int  # 1: background GC runs when a host write opens a line short of bg (else in idle gaps)
+    bg_per_cmd: int  # 1: one background GC victim after every host command while short of bg (FEMU)
+    bg_min_inv: int  # background GC defers a victim with fewer invalid pages (and some valid ones)
+    last_ii: int  # 1: the last RUH is initially isolated, the others persistently (FEMU isolation_mode=1)
+    ii_host: int  # 1: GC copies of initially isolated data go into the last RUH's host frontier (FEMU)
+    gc_block_ch: int  # 0: GC copies a victim's pages in write order; else block by block over this many channels
     timing: int
     read_ns: int  # per mapping unit
     prog_ns: int  # per mapping unit
@@ -151,9 +156,12 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
         fdp.validate_with(flash)
         if not flash.gc_separate_frontier:
             raise KvbedError("gc_separate_frontier=false is only for conv (FDP GC destinations follow ruh_type)")
-        bpl, nrg, nruh, pi = fdp.ru_blocks(flash), fdp.nrg, fdp.nruh, int(fdp.ruh_type == "persistently")
+        bpl, nrg, nruh = fdp.ru_blocks(flash), fdp.nrg, fdp.nruh
+        pi = int(fdp.ruh_type in ("persistently", "last-initially"))  # a GC frontier per RUH
+        last_ii, ii_host = int(fdp.ruh_type == "last-initially"), int(fdp.ii_gc_dest == "last-ruh")
     else:
         bpl, nrg, nruh, pi = flash.line_blocks, 1, 1, 0
+        last_ii = ii_host = 0
     dies = flash.dies
     dpr = dies // nrg
     w = min(bpl, dpr)
@@ -174,7 +182,8 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
     # hold an invalid page, which holds whenever the group's live data (an even share of L)
     # fits in the remaining lines.
     live_lines = math.ceil(L / nrg / ppl)
-    reserved = flash.gc_reserved_lines
+    fg, bg = flash.gc_free_lines(lpr)
+    reserved = max(fg, bg - 1)
     need = live_lines + F + reserved + 1
     if lpr < need:
         min_op = need * nrg * ppl / L - 1.0
@@ -184,12 +193,22 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
             f"{unit}s of {ppl} pages, live data fills {live_lines}, and {F} open frontiers plus "
             f"{reserved} free lines kept by GC need {F + reserved + 1} more; "
             f"use op_ratio >= {min_op:.4f} or smaller {unit}s")
+    gc_block_ch = 0
+    if flash.gc_copy_order == "block":
+        gc_block_ch = min(flash.channels, w)
+        if w % gc_block_ch:
+            raise KvbedError(f"gc_copy_order=block needs a line stripe ({w} dies) that is whole channels "
+                             f"({flash.channels}); use gc_copy_order=page")
     k = flash.nand_pages_per_page
     wbuf = flash.write_buffer_bytes // flash.page_bytes
     geo = Geo(
         L=L, P=P, N=N, ppl=ppl, ppb=ppb, bpl=bpl, nrg=nrg, lpr=lpr, dpr=dpr, w=w, bpd=-(-bpl // w), F=F,
-        nruh=nruh, pi=pi, policy=policy.code, d=flash.gc_d_choices, fg=flash.gc_fg_free_lines,
-        bg=flash.gc_bg_free_lines, bg_on_write=int(flash.gc_bg_trigger == "threshold"), timing=int(flash.timing), read_ns=flash.page_read_ns * k,
+        nruh=nruh, pi=pi, policy=policy.code, d=flash.gc_d_choices, fg=fg,
+        bg=bg, bg_on_write=int(flash.gc_bg_trigger == "threshold"),
+        bg_per_cmd=int(flash.gc_bg_trigger == "per-command"),
+        bg_min_inv=int(flash.gc_bg_min_invalid_ratio * ppl + 1e-9), last_ii=last_ii, ii_host=ii_host,
+        gc_block_ch=gc_block_ch,
+        timing=int(flash.timing), read_ns=flash.page_read_ns * k,
         prog_ns=flash.page_program_ns * k, erase_ns=flash.block_erase_ns * flash.nand_blocks_per_block, xfer_ns=flash.page_xfer_ns,
         channels=flash.channels, dies=dies, wbuf=wbuf, wbuf_ns=flash.write_buffer_ns,
         use_buckets=int(policy.needs_buckets), use_fifo=int(policy.needs_fifo),
@@ -228,7 +247,23 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
     )
     st.rgm[:, RG_FREE_TAIL] = lpr  # every line starts free
     st.rgm[:, RG_BMIN] = ppl + 1
+    if fdp is not None and fdp.ru_open_at_start:
+        open_every_ruh(geo, st)
     return geo, st
+
+
+def open_every_ruh(geo: Geo, st: State) -> None:
+    """Give every RUH of every reclaim group an open line now, in FEMU's order (RUH by RUH, each in
+    every group: ftl-fdp.c femu_fdp_ssd_init_ru_handles), as the kernel's ``_open`` would."""
+    for h in range(geo.nruh):
+        for rg in range(geo.nrg):
+            head = st.rgm[rg, RG_FREE_HEAD]
+            line = st.free_q[rg * geo.lpr + head % geo.lpr]
+            st.rgm[rg, RG_FREE_HEAD] = head + 1
+            st.lstate[line] = LINE_OPEN
+            st.owner[line] = h
+            st.fr_line[rg * geo.F + h] = line
+            st.ctr[C_LINES_OPENED] += 1
 
 
 def pow2_shift(n: int) -> int:

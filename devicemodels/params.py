@@ -16,6 +16,12 @@ from testbed.core.params import check_fields, format_size, param
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
+def _presets() -> dict[str, dict]:
+    from devicemodels.base import PRESETS  # filled as devicemodels.presets is imported
+
+    return {n: PRESETS.get(n).values for n in PRESETS.names()}
+
+
 def _gc_policy_names() -> list[str]:
     from devicemodels.base import GC_POLICIES  # the registry fills as devicemodels.gc_policies is imported
 
@@ -52,7 +58,10 @@ class FlashParams:
     idle all GC is foreground; ``threshold`` runs it as FEMU does, when a host
     write has opened a line and fewer than ``gc_bg_free_lines`` are free: the GC work is
     queued on the dies from then and the write does not wait for it (later
-    host ops queue behind it on the dies it uses).
+    host ops queue behind it on the dies it uses); ``per-command`` is FEMU's loop exactly: after every
+    host command one victim while fewer than ``gc_bg_free_lines`` are free, also with timing off.
+    ``gc_bg_used_pct``/``gc_fg_used_pct`` give the thresholds as FEMU does, in percent of the RUs
+    used; ``preset=femu`` (devicemodels/presets.py) sets these and FEMU's other GC behaviours.
     """
 
     logical_bytes: int = param(4 * GiB, "capacity the host sees")
@@ -75,9 +84,23 @@ class FlashParams:
     gc_d_choices: int = param(8, "sample size of the d-choices policy")
     gc_bg_free_lines: int = param(2, "background GC keeps at least this many free lines per reclaim group")
     gc_fg_free_lines: int = param(1, "foreground GC runs (and the write waits) at this many free lines")
-    gc_bg_trigger: str = param("idle", "when background GC runs: in idle gaps, or as FEMU does when a host "
-                                       "write opens a line short of gc_bg_free_lines",
-                               choices=("idle", "threshold"))
+    gc_bg_trigger: str = param("idle", "when background GC runs: in idle gaps; when a host write opens a line "
+                                       "short of gc_bg_free_lines (threshold); or one victim after every "
+                                       "host command while short (per-command: FEMU's FTL loop)",
+                               choices=("idle", "threshold", "per-command"))
+    gc_bg_min_invalid_ratio: float = param(0.0, "background GC leaves a victim with fewer invalid pages than this "
+                                                "fraction of its line for later (FEMU: 0.125); foreground GC "
+                                                "takes it", quiet_default=True)
+    gc_copy_order: str = param("page", "order GC copies a victim's valid pages in: as written (page), or block by "
+                                       "block, channel-major, as FEMU cleans a line (block: it scatters a "
+                                       "multi-page object over the destination)", choices=("page", "block"),
+                               quiet_default=True)
+    gc_bg_used_pct: int = param(0, "FEMU's gc_thres_pcent: background GC while at most int((1 - pct/100) x "
+                                   "lines per reclaim group) lines are free; 0 = gc_bg_free_lines decides",
+                                quiet_default=True)
+    gc_fg_used_pct: int = param(0, "FEMU's gc_thres_pcent_high: foreground GC at int((1 - pct/100) x lines "
+                                   "per reclaim group) free lines; 0 = gc_fg_free_lines decides",
+                                quiet_default=True)
     gc_separate_frontier: bool = param(True, "GC copies go to their own frontier; false (conv only): one "
                                              "frontier, GC copies lead each new host line")
     write_buffer_bytes: int = param(0, "device write buffer; 0 = write-through: a write completes when "
@@ -85,6 +108,9 @@ class FlashParams:
     write_buffer_ns: int = param(2_000, "host write latency into the buffer when it has room")
     timing: bool = param(True, "false: no latency model (faster); completion = arrival")
     seed: int = param(0, "seed of the device's random choices (GC tie breaks, random victims)")
+    preset: str = param("none", "a named group of settings applied before the explicit ones (which win): "
+                                "femu = FEMU's FTL behaviour (kvbed params --presets)", presets=_presets,
+                        quiet_default=True)
 
     def validate(self) -> "FlashParams":
         for name in ("logical_bytes", "page_bytes", "pages_per_block", "channels", "dies_per_channel",
@@ -109,6 +135,11 @@ class FlashParams:
                              f"got {self.gc_fg_free_lines}")
         if self.gc_bg_free_lines < 0:
             raise KvbedError(f"gc_bg_free_lines must be >= 0, got {self.gc_bg_free_lines}")
+        if not (0.0 <= self.gc_bg_min_invalid_ratio <= 1.0):
+            raise KvbedError(f"gc_bg_min_invalid_ratio must be in [0, 1], got {self.gc_bg_min_invalid_ratio}")
+        for name in ("gc_bg_used_pct", "gc_fg_used_pct"):
+            if not (0 <= getattr(self, name) < 100):
+                raise KvbedError(f"{name} must be in 0..99 (0 = off), got {getattr(self, name)}")
         check_fields(self)
         if not self.gc_separate_frontier and self.gc_fg_free_lines < 2:
             raise KvbedError("gc_separate_frontier=false needs gc_fg_free_lines >= 2 (GC copies into the host "
@@ -148,6 +179,18 @@ class FlashParams:
         """Most lines GC may hold free when it needs to run (enters the OP progress check)."""
         return max(self.gc_fg_free_lines, self.gc_bg_free_lines - 1)
 
+    def gc_free_lines(self, lines: int) -> tuple[int, int]:
+        """(foreground, background) GC thresholds in free lines of a reclaim group of ``lines`` lines:
+        ``gc_fg_free_lines``/``gc_bg_free_lines``, or FEMU's percent thresholds when set. FEMU collects
+        while ``free <= int((1 - pct/100.0) * lines)`` (C double math: 90% of 80 RUs is 7, not 8);
+        the model's background GC runs while ``free < bg``, so bg is one more."""
+        fg, bg = self.gc_fg_free_lines, self.gc_bg_free_lines
+        if self.gc_fg_used_pct:
+            fg = max(1, int((1 - self.gc_fg_used_pct / 100.0) * lines))
+        if self.gc_bg_used_pct:
+            bg = int((1 - self.gc_bg_used_pct / 100.0) * lines) + 1
+        return fg, bg
+
     @property
     def page_xfer_ns(self) -> int:
         """Channel time to move one mapping unit between controller and die."""
@@ -162,8 +205,15 @@ class FdpParams:
     nruh: int = param(8, "reclaim unit handles (placement ids per reclaim group)")
     nrg: int = param(1, "reclaim groups (split the dies evenly)")
     ruh_type: str = param("initially", "GC destination of a RUH's data: initially isolated (one shared GC "
-                                       "destination) or persistently isolated (one per RUH)",
-                          choices=("initially", "persistently"))
+                                       "destination) or persistently isolated (one per RUH); last-initially: "
+                                       "all persistently but the last, initially (FEMU's fdp.isolation_mode=1)",
+                          choices=("initially", "persistently", "last-initially"))
+    ii_gc_dest: str = param("gc-ru", "where GC copies initially isolated data: a reclaim unit of GC copies only "
+                                     "(gc-ru) or the last RUH's host reclaim unit, among its host writes "
+                                     "(last-ruh: FEMU)", choices=("gc-ru", "last-ruh"), quiet_default=True)
+    ru_open_at_start: bool = param(False, "open a reclaim unit for every RUH of every reclaim group when the "
+                                          "device starts, used or not (FEMU); false: on a RUH's first write",
+                                   quiet_default=True)
 
     def validate(self) -> "FdpParams":
         if self.ru_bytes <= 0 or self.nruh <= 0 or self.nrg <= 0:

@@ -67,9 +67,12 @@ def test_the_choice_sets_the_issue_named_are_declared():
     declared = {(c.__name__, f.name): choices_of(f) for c in (FlashParams, FdpParams, LayoutParams, OracleParams,
                                                               PredictedParams, TierSimParams)
                 for f in dataclasses.fields(c)}
-    assert declared[("FlashParams", "gc_bg_trigger")] == ("idle", "threshold")
+    assert declared[("FlashParams", "gc_bg_trigger")] == ("idle", "threshold", "per-command")
+    assert declared[("FlashParams", "gc_copy_order")] == ("page", "block")
+    assert declared[("FlashParams", "preset")] == ("femu", "none")
     assert "greedy" in declared[("FlashParams", "gc_policy")]
-    assert declared[("FdpParams", "ruh_type")] == ("initially", "persistently")
+    assert declared[("FdpParams", "ruh_type")] == ("initially", "persistently", "last-initially")
+    assert declared[("FdpParams", "ii_gc_dest")] == ("gc-ru", "last-ruh")
     assert declared[("LayoutParams", "gc_stream")] == ("shared", "per-class")
     assert declared[("LayoutParams", "evict_policy")] == ("tier", "lru", "fifo")
     assert declared[("OracleParams", "clock")] == declared[("PredictedParams", "clock")] == ("bytes", "time")

@@ -18,7 +18,7 @@ SMALL = ["logical_bytes=16MiB", "pages_per_block=16", "channels=2", "dies_per_ch
     (dict(op_ratio=0.0), "op_ratio must be in"),
     (dict(gc_fg_free_lines=0), "gc_fg_free_lines must be >= 1"),
     (dict(gc_policy="lru"), "gc_policy: expected one of cost-benefit, d-choices, fifo, greedy, random, got 'lru'"),
-    (dict(gc_bg_trigger="always"), "gc_bg_trigger: expected one of idle, threshold, got 'always'"),
+    (dict(gc_bg_trigger="always"), "gc_bg_trigger: expected one of idle, threshold, per-command, got 'always'"),
     (dict(page_read_ns=-1), "page_read_ns must be >= 0"),
     (dict(gc_separate_frontier=False, gc_fg_free_lines=1), "needs gc_fg_free_lines >= 2"),
 ])

@@ -10,7 +10,9 @@ from testbed.core.errors import KvbedError
 @click.command("params")
 @click.argument("sets", metavar="[SET]...", nargs=-1)
 @click.option("--markdown", is_flag=True, help="print Markdown tables (the README's parameter section)")
-def params(sets: tuple[str, ...], markdown: bool) -> None:
+@click.option("--presets", is_flag=True, help="print the device parameter presets (preset=NAME): what each sets "
+                                               "and where the value comes from")
+def params(sets: tuple[str, ...], markdown: bool, presets: bool) -> None:
     """Parameters by set (replay, layout, hints.*, flash, fdp, zns, cxl, cache, tier, synth, vm, link):
     the keys of --param, config.json and study axes, with defaults, units or choices, and meaning."""
     from rich.table import Table
@@ -20,6 +22,16 @@ def params(sets: tuple[str, ...], markdown: bool) -> None:
     from testbed.paramdocs import markdown as md
     from testbed.paramdocs import parameter_sets
 
+    if presets:
+        from devicemodels import PRESETS
+        from testbed.core.params import format_value
+
+        for name in PRESETS.names():
+            pr = PRESETS.get(name)
+            click.echo(f"{name}: {pr.summary}")
+            for k, v in pr.values.items():
+                click.echo(f"  {k}={format_value(k, v)}    # {pr.sources.get(k, '')}")
+        return
     known = parameter_sets()
     for s in sets:
         if s not in known:

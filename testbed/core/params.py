@@ -39,18 +39,28 @@ UNITS = ("bytes", "ns", "s", "ratio")
 
 
 def param(default: Any, help: str, *, choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
-          unit: str | None = None, cli: bool = False) -> Any:
+          unit: str | None = None, cli: bool = False, quiet_default: bool = False,
+          presets: Callable[[], dict[str, dict[str, Any]]] | None = None) -> Any:
     """A field of a parameter dataclass. ``help`` is the one-line description (CLI help, ``kvbed params``,
     the README tables); ``choices`` the allowed values of a text field (a tuple, or a function returning the
     names of a registry, looked up when checked); ``unit`` overrides the unit the name implies; ``cli``
-    marks a field that gets its own ``--option`` besides ``--param``."""
+    marks a field that gets its own ``--option`` besides ``--param``. ``quiet_default``: saved configs
+    (:func:`to_dict`) leave the field out while it holds its default, so a field added to an existing
+    set does not change the configs (and golden digests) of runs that do not use it; :func:`from_dict`
+    fills it back in. ``presets``: the field names a group of other fields' values (a function returning
+    ``{preset name: {field: value}}``, looked up when used): :func:`split_overrides` puts the chosen group
+    before the explicit ``k=v`` pairs, so explicit values win; its choices are the preset names."""
+    if presets is not None:
+        choices = lambda: list(presets())  # noqa: E731
     if unit is not None and unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-    md: dict[str, Any] = {"help": help, "cli": cli}
+    md: dict[str, Any] = {"help": help, "cli": cli, "quiet_default": quiet_default}
     if choices is not None:
         md["choices"] = choices
     if unit is not None:
         md["unit"] = unit
+    if presets is not None:
+        md["presets"] = presets
     return dataclasses.field(default=default, metadata=md)
 
 
@@ -261,6 +271,7 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
     ``group.key``. Unknown keys raise one error listing every known key.
     """
     out: dict[str, list[str]] = {g: [] for g in classes}
+    pairs = expand_presets(list(pairs), classes, what=what)
     for pair in pairs:
         k, v = _split_pair(pair, what)
         k = k.strip().replace("-", "_")
@@ -276,6 +287,25 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
             raise KvbedError(f"{what}: unknown parameter {k!r} (known: {', '.join(known)})")
         out[owners[0]].append(f"{k}={v}")
     return out
+
+
+def expand_presets(pairs: list[str], classes: dict[str, type], *, what: str = "--param") -> list[str]:
+    """``pairs`` with the group of ``k=v`` of every preset field they set (a field declared with
+    ``param(presets=...)``) put first, in order: a value given explicitly comes later and wins."""
+    first: list[str] = []
+    for pair in pairs:
+        k, v = _split_pair(pair, what)
+        k = k.strip().replace("-", "_").rpartition(".")[2]
+        for c in classes.values():
+            fld = {f.name: f for f in dataclasses.fields(c)}.get(k)
+            if fld is None or "presets" not in fld.metadata:
+                continue
+            table = fld.metadata["presets"]()
+            check_choice(k, v.strip(), tuple(table))
+            known = {f for cc in classes.values() for f in field_types(cc)}
+            # a preset may span groups this caller does not have (FDP fields for a conv device)
+            first += [f"{kk}={format_value(kk, vv)}" for kk, vv in table[v.strip()].items() if kk in known]
+    return first + pairs
 
 
 def name_value_pairs(text: str, what: str, expect: str) -> Iterator[tuple[str, str]]:
@@ -300,7 +330,12 @@ def nonneg_number(what: str, name: str, text: str, noun: str = "a number") -> fl
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """A parameter set as a saved config: every field, except ``quiet_default`` ones at their default."""
+    d = dataclasses.asdict(obj)
+    for f in dataclasses.fields(obj):
+        if f.metadata.get("quiet_default") and d.get(f.name) == f.default:
+            d.pop(f.name)
+    return d
 
 
 def from_dict(cls: type[D], data: dict[str, Any], *, where: str = "config") -> D:

@@ -18,16 +18,20 @@ kvbed field; ``kvbed femu args --device fdp`` prints it for given parameters):
 ``pg_rd_lat``          page_read_ns x NAND pages per unit; ``pg_wr_lat`` likewise with
                        page_program_ns; ``blk_er_lat`` = block_erase_ns x NAND blocks per block;
                        ``ch_xfer_lat`` = the unit's transfer time at channel_bytes_per_s
-``gc_thres_pcent``     the integer percent p with int((1 - p/100) x lines) = gc_bg_free_lines
-                       (FEMU collects in the background at that many free lines/RUs);
-                       ``gc_thres_pcent_high`` likewise from gc_fg_free_lines (the write waits)
+``gc_thres_pcent``     gc_bg_used_pct when set (FEMU's own semantics: preset=femu); else the integer
+                       percent p with int((1 - p/100) x lines) = gc_bg_free_lines (FEMU collects
+                       while at most that many lines/RUs are free, so it keeps one more free than
+                       the model's gc_bg_free_lines does); ``gc_thres_pcent_high`` likewise from
+                       gc_fg_used_pct or gc_fg_free_lines (the write waits)
 ``gc_policy`` (conv)   greedy, random, cost-benefit, fifo; ``gc_strategy`` (fdp): greedy=0,
                        cost-benefit=1, random=2
 ``mdts``               log2(VmParams.mdts_bytes / 4 KiB)
 ``fdp.nruh``/``fdp.nrg``  FdpParams.nruh / nrg (1: placement ids are handle indexes)
 ``fdp.runs``           FdpParams.ru_bytes, which must be FEMU's RU: one line (dies x
                        pages_per_block x page_bytes); ``fdp.nru`` = the line count
-``fdp.isolation_mode`` 0: every RUH persistently isolated (ruh_type=persistently)
+``fdp.isolation_mode`` 0: every RUH persistently isolated (ruh_type=persistently); 1: the last RUH
+                       initially isolated, collected into its own host RU (ruh_type=last-initially,
+                       ii_gc_dest=last-ruh)
 ``zns_num_ch``/``zns_num_lun``  channels / dies_per_channel; ``zns_num_plane`` = 1
 ``zns_num_blk``        zones (logical_bytes / zone_bytes, at most 255): FEMU's zone is
                        chnls x luns x planes x (size / 16 KiB / (chnls x luns x blks)) x 16 KiB,
@@ -37,9 +41,15 @@ kvbed field; ``kvbed femu args --device fdp`` prints it for given parameters):
                        page_read_ns/page_program_ns (FEMU's ZNS timing is per type)
 =====================  =========================================================================
 
+FEMU behaviours that are not options (GC after every command, a victim with under 1/8 invalid pages
+left for later, victims cleaned block by block, a reclaim unit open for every RUH from the start) are
+what ``--param preset=femu`` gives the model (devicemodels/presets.py); they are not refused, so the
+model beside a FEMU VM may keep its own (the device-vs-model figures then show the difference).
+
 Refused (one line naming each field and what FEMU would need): blocks_per_line other than a full
 stripe; ru_bytes other than one line; ruh_type=initially (FEMU isolates every RUH persistently, or all
-but the last); nrg > 1; gc_bg_trigger=idle (FEMU collects on a threshold); gc_separate_frontier=true
+but the last); ruh_type=last-initially with ii_gc_dest=gc-ru; nrg > 1; gc_bg_trigger=idle (FEMU
+collects on a threshold); gc_separate_frontier=true
 for conv (FEMU's GC writes at the host's write pointer); write_buffer_bytes > 0; timing=false; a GC
 policy FEMU does not have; sizes that are not whole MiB; ZNS timing that is none of FEMU's types.
 Fields FEMU has no notion of and that do not change the device (seed, pe_cycles_rated,
@@ -119,8 +129,9 @@ def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
         m.refuse(f"page_bytes={fl.page_bytes} (FEMU's page is a whole number of 512-byte sectors)")
     if fl.blocks_per_line not in (0, fl.dies):
         m.refuse(f"blocks_per_line={fl.blocks_per_line} (FEMU's line is one block on every die: 0 or {fl.dies})")
-    if fl.gc_bg_trigger != "threshold":
-        m.refuse(f"gc_bg_trigger={fl.gc_bg_trigger} (FEMU collects when free lines reach its threshold: threshold)")
+    if fl.gc_bg_trigger == "idle":
+        m.refuse(f"gc_bg_trigger={fl.gc_bg_trigger} (FEMU collects when free lines reach its threshold: "
+                 f"per-command, or threshold)")
     if fl.write_buffer_bytes:
         m.refuse(f"write_buffer_bytes={format_size(fl.write_buffer_bytes)} (FEMU's SSD has no write buffer: 0)")
     if not fl.timing:
@@ -150,8 +161,11 @@ def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
         if v > INT32_MAX:
             m.refuse(f"{src.split()[0]} gives {opt}={v} ns (FEMU's option is a 32-bit int)")
         m.add("femu", opt, v, src)
-    for opt, free, name in (("gc_thres_pcent", fl.gc_bg_free_lines, "gc_bg_free_lines"),
-                            ("gc_thres_pcent_high", fl.gc_fg_free_lines, "gc_fg_free_lines")):
+    for opt, free, name, pct in (("gc_thres_pcent", fl.gc_bg_free_lines, "gc_bg_free_lines", fl.gc_bg_used_pct),
+                                 ("gc_thres_pcent_high", fl.gc_fg_free_lines, "gc_fg_free_lines", fl.gc_fg_used_pct)):
+        if pct:  # FEMU's own semantics (preset=femu): the percent is the option
+            m.add("femu", opt, pct, name.replace("free_lines", "used_pct"))
+            continue
         p = _percent_for(lines, free)
         if p is None:
             m.refuse(f"{name}={free} (FEMU's threshold is an integer percent of {lines} lines; "
@@ -190,8 +204,12 @@ def fdp_args(p: dict[str, Any], m: FemuMapping) -> None:
                  f"dies_per_channel x pages_per_block x page_bytes = {format_size(line_bytes)})")
     if fd.nrg != 1:
         m.refuse(f"nrg={fd.nrg} (placement ids are handle indexes: 1)")
-    if fd.ruh_type != "persistently":
-        m.refuse(f"ruh_type={fd.ruh_type} (FEMU isolates its RUHs persistently: persistently)")
+    if fd.ruh_type == "initially":
+        m.refuse(f"ruh_type={fd.ruh_type} (FEMU isolates every RUH persistently, or all but the last: "
+                 f"persistently or last-initially)")
+    if fd.ruh_type == "last-initially" and fd.ii_gc_dest != "last-ruh":
+        m.refuse(f"ii_gc_dest={fd.ii_gc_dest} (FEMU's initially isolated RUH collects into its own host RU: "
+                 f"last-ruh)")
     if fl.gc_policy not in FDP_GC_STRATEGIES:
         m.refuse(f"gc_policy={fl.gc_policy} (FEMU's FDP GC has {', '.join(FDP_GC_STRATEGIES)})")
     lines = _geometry(m, fl, fd if not m.problems else None)
@@ -203,7 +221,8 @@ def fdp_args(p: dict[str, Any], m: FemuMapping) -> None:
     m.add("femu-subsys", "fdp.nrg", fd.nrg, "nrg")
     m.add("femu-subsys", "fdp.nru", lines, "one RU per line")
     m.add("femu-subsys", "fdp.runs", fd.ru_bytes, "ru_bytes (= one line)")
-    m.add("femu-subsys", "fdp.isolation_mode", 0, "ruh_type=persistently")
+    iso = int(fd.ruh_type == "last-initially")
+    m.add("femu-subsys", "fdp.isolation_mode", iso, f"ruh_type={fd.ruh_type}")
     m.add("femu", "gc_strategy", FDP_GC_STRATEGIES[fl.gc_policy], f"gc_policy={fl.gc_policy}")
     m.add("femu", "serial", "kvbedfemufdp0", "fixed")
     _mdts(m, p["vm"])
