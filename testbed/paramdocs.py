@@ -14,6 +14,7 @@ from testbed.core.params import describe
 
 def parameter_sets() -> dict[str, tuple[type, str]]:
     """name -> (dataclass, where it applies), in the order they are documented."""
+    from kvreplay.capture import CaptureParams
     from devicemodels.params import CxlParams, CxlSsdParams, DramParams, FdpParams, FlashParams, ZnsParams
     from kvreplay.costmodel import CostParams
     from kvreplay.hints import HINTS
@@ -43,6 +44,8 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "cache": (CxlSsdParams, "device cxl-ssd"),
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
         "synth": (SynthParams, "kvbed trace synth"),
+        "capture": (CaptureParams, "kvbed trace capture (options marked * are also --options); the raw-file "
+                                   "importers take theirs from the raw file"),
         "cost": (CostParams, "the load-vs-recompute cost model (kvbed crossover; kvbed replay --tiers)"),
         "requests": (RequestParams, "kvbed replay --tiers: the request-level KV-ready and TTFT model"),
         "crossover": (CrossoverParams, "kvbed crossover (options marked * are also --options)"),

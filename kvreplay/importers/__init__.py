@@ -6,6 +6,6 @@ by ``kvbed trace import``; engine KV event streams (vLLM, SGLang) will register
 """
 
 from kvreplay.importers.base import IMPORTERS, Importer
-from kvreplay.importers import alibaba, mooncake  # noqa: F401  (registration)
+from kvreplay.importers import alibaba, mooncake, sglang_events, vllm_events  # noqa: F401  (registration)
 
 __all__ = ["IMPORTERS", "Importer"]

@@ -475,3 +475,12 @@ def _short(k: str, v: Any) -> str:
     if isinstance(v, float) and v >= 1e6:
         return f"{v:.3g}"
     return str(v)
+
+
+def _add_capture() -> None:
+    from testbed.cli.capture_cmd import capture_cmd
+
+    trace.add_command(capture_cmd)
+
+
+_add_capture()

@@ -1,0 +1,165 @@
+"""Decode the engines' KV event messages, every encoding vintage, into plain tuples.
+
+A message is ``[topic, seq (8 bytes, big-endian), msgpack(batch)]``. The batch is
+``(ts, events, dp_rank)`` as an array (vLLM, SGLang) or a map (``ts``, ``events``,
+``data_parallel_rank``/``attn_dp_rank``). An event is an array with its tag first (older vLLM,
+SGLang) or a map with a ``"type"`` key (newer vLLM, SGLang's map form with top-level
+``cache_salt``/``session_id``). Fields were appended over releases, so positional events are read
+with length guards and extra trailing fields are ignored - as llm-d and Dynamo do.
+
+Block hashes are ints (vLLM's low 64 bits) or bytes; bytes become the uint64 of their last 8
+bytes, big-endian (what the routers index on).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+
+STORED, REMOVED, CLEARED = 0, 1, 2
+TAGS = {"BlockStored": STORED, "BlockRemoved": REMOVED, "AllBlocksCleared": CLEARED}
+#: positional field order, oldest first (fields were only ever appended)
+STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+                 "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality")
+REMOVED_FIELDS = ("block_hashes", "medium", "group_idx")
+CLEARED_FIELDS = ("medium",)
+FIELDS = {STORED: STORED_FIELDS, REMOVED: REMOVED_FIELDS, CLEARED: CLEARED_FIELDS}
+U64 = (1 << 64) - 1
+END_SEQ = -1  # the replay reply that ends a replay
+
+
+class WireError(ValueError):
+    """A message that cannot be decoded (the text says why); the capture skips it and counts it."""
+
+
+class Event(NamedTuple):
+    kind: int  # STORED | REMOVED | CLEARED
+    hashes: list  # uint64 ints
+    parent: int | None
+    block_size: int | None
+    medium: str | None
+    lora: str | None  # lora_name, else "id:<lora_id>", else None
+    extra: Any  # extra_keys (per block) or None
+    salt: str | None  # SGLang cache_salt
+    session: Any  # SGLang session_id
+
+
+class Batch(NamedTuple):
+    ts: float
+    events: list  # of Event
+    dp_rank: int | None
+    unknown: list  # tags of events that are not BlockStored/BlockRemoved/AllBlocksCleared
+
+
+_decoder = msgspec.msgpack.Decoder()
+
+
+def split_message(frames: list[bytes]) -> tuple[bytes, int, bytes]:
+    """(topic, seq, payload) of a live message; WireError if it is not 3 frames with an 8-byte seq."""
+    if len(frames) != 3:
+        raise WireError(f"message of {len(frames)} frame{'s' if len(frames) != 1 else ''} "
+                        "(expected 3: topic, seq, payload)")
+    topic, seq, payload = frames
+    if len(seq) != 8:
+        raise WireError(f"sequence frame of {len(seq)} bytes (expected 8)")
+    return topic, int.from_bytes(seq, "big", signed=True), payload
+
+
+def split_replay(frames: list[bytes]) -> tuple[int, bytes]:
+    """(seq, payload) of a replay reply: ``[seq, payload]`` or ``[topic, seq, payload]``, each possibly
+    after the empty delimiter frame a ROUTER adds for a REQ-style peer; the seq is always next to last."""
+    if len(frames) < 2 or len(frames[-2]) != 8:
+        raise WireError(f"replay reply of {len(frames)} frames without an 8-byte sequence before the payload")
+    return int.from_bytes(frames[-2], "big", signed=True), frames[-1]
+
+
+def _hash(h: Any) -> int:
+    if isinstance(h, int):
+        return h & U64
+    if isinstance(h, (bytes, bytearray)):
+        return int.from_bytes(bytes(h[-8:]), "big")
+    raise WireError(f"block hash of type {type(h).__name__} (expected int or bytes)")
+
+
+def _hashes(hs: Any) -> list:
+    if not isinstance(hs, list):
+        raise WireError("block_hashes is not an array")
+    for h in hs:  # the common case, all non-negative 64-bit ints, is kept as is
+        if type(h) is not int or h < 0 or h > U64:
+            return [_hash(x) for x in hs]
+    return hs
+
+
+def _event(raw: Any) -> Event | str:
+    """An Event, or the tag (str) of an event type this decoder does not know."""
+    if isinstance(raw, list):
+        if not raw or not isinstance(raw[0], str):
+            raise WireError("event array without a type tag first")
+        tag = raw[0]
+        kind = TAGS.get(tag)
+        if kind is None:
+            return tag
+        vals = raw[1:]
+        f = dict(zip(FIELDS[kind], vals))
+        salt = session = None
+    elif isinstance(raw, dict):
+        tag = raw.get("type")
+        if not isinstance(tag, str):
+            raise WireError("event map without a \"type\" key")
+        kind = TAGS.get(tag)
+        if kind is None:
+            return tag
+        f = raw
+        salt, session = raw.get("cache_salt"), raw.get("session_id")
+    else:
+        raise WireError(f"event of type {type(raw).__name__} (expected an array or a map)")
+    if kind == CLEARED:
+        return Event(kind, [], None, None, f.get("medium"), None, None, None, None)
+    if "block_hashes" not in f:
+        raise WireError(f"{tag} without block_hashes")
+    hashes = _hashes(f["block_hashes"])
+    if kind == REMOVED:
+        return Event(kind, hashes, None, None, f.get("medium"), None, None, salt, session)
+    parent = f.get("parent_block_hash")
+    lora = f.get("lora_name")
+    if lora is None and f.get("lora_id") is not None:
+        lora = f"id:{f['lora_id']}"
+    bs = f.get("block_size")
+    if bs is not None and (type(bs) is not int or bs <= 0):
+        raise WireError(f"BlockStored block_size {bs!r} (expected a positive integer)")
+    if isinstance(salt, dict):  # SGLang's cache_salt map: keep it as one stable string
+        salt = ",".join(f"{k}={v}" for k, v in sorted(salt.items(), key=lambda kv: str(kv[0])))
+    return Event(kind, hashes, None if parent is None else _hash(parent), bs, f.get("medium"),
+                 None if lora is None else str(lora), f.get("extra_keys"),
+                 None if salt is None else str(salt), session)
+
+
+def decode_batch(payload: bytes) -> Batch:
+    """Decode one batch payload (both encodings); WireError says what is wrong."""
+    try:
+        obj = _decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise WireError(f"payload is not msgpack ({exc})") from None
+    if isinstance(obj, list):
+        if len(obj) < 2:
+            raise WireError(f"batch array of {len(obj)} fields (expected ts, events[, dp_rank])")
+        ts, events = obj[0], obj[1]
+        rank = obj[2] if len(obj) > 2 else None
+    elif isinstance(obj, dict):
+        ts, events = obj.get("ts"), obj.get("events")
+        rank = obj.get("data_parallel_rank", obj.get("attn_dp_rank"))
+    else:
+        raise WireError(f"batch of type {type(obj).__name__} (expected an array or a map)")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        raise WireError(f"batch ts {ts!r} is not a number")
+    if not isinstance(events, list):
+        raise WireError("batch events is not an array")
+    out, unknown = [], []
+    for raw in events:
+        ev = _event(raw)
+        if isinstance(ev, str):
+            unknown.append(ev)
+        else:
+            out.append(ev)
+    return Batch(float(ts), out, rank if isinstance(rank, int) else None, unknown)
