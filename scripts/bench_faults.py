@@ -5,7 +5,7 @@ with a fault set under each contract, and what each contract costs in bytes and 
 What is measured: ``Replay.run()`` in a fresh process per run (numba kernels from the on-disk cache; a warm-up
 run fills it); ``events_per_s`` is trace events over the run's wall time without numba's load time, the fault
 analysis pass included; ``fault_s`` is that pass alone. The fault set strikes at fixed shares of the trace's
-span: a power loss with a stale index and a 100 ms write buffer (50 ms after the first SSD write burst past 30%), a media-error rate (50%), a missed model update (70%).
+span: a power loss with a stale index (50 ms after the first SSD write burst past 30%), a media-error rate (50%), a missed model update (70%).
 
 Run: ``python scripts/bench_faults.py [--runs N] [--trace mc.parquet]`` (imports the trace once into
 ``--cache`` when not given). Prints one table and writes ``bench_faults.json`` beside the cache.
@@ -73,7 +73,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-c", "from testbed.cli import cli; cli()", "trace", "import", "mooncake",
                             str(MOONCAKE), "-o", str(trace)], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     span, burst = span_and_burst(trace, 0.3)
-    fset = (f"power-loss@{burst},index=stale,stale_ns=60s,flush_ns=100ms;"
+    fset = (f"power-loss@{burst},index=stale,stale_ns=60s;"
             f"media-error@{span // 2},rate_per_bit=1e-11;"
             f"version-drift@{span * 7 // 10}")
     configs = {"baseline": []}

@@ -147,3 +147,16 @@ def test_registries_hold_each_kind_once():
                               "version-drift"]
     sizes = {n: (CONTRACTS.get(n).header_bytes(), CONTRACTS.get(n).index_entry_bytes()) for n in CONTRACTS}
     assert sizes == {"none": (0, 0), "checksum": (16, 0), "version": (16, 8), "lease": (16, 16), "full": (48, 24)}
+
+
+def test_units_of_one_op_reach_the_media_in_order(tmp_path):
+    # 5 (four units, one op: arrives at 0, done ~205 ms on one die); at 110 ms its first two units are on
+    # the media, the rest not: torn
+    p = T.write(tmp_path / "big.parquet", [(0, "create", 5, "gpu"), (0, "persist", 5, "ssd"),
+                                           (110, "commit", 5, "gpu"), (300, "load", 5, "ssd")],
+                nbytes={5: 4 * T.MiB - 4096})
+    got, res = outcomes(p, "partial-offload@110ms", "checksum", T.ONE_DIE)
+    st = res["injected"][0]["state"]
+    assert (st["torn_objects"], st["pages_lost"], st["write_ops_lost"]) == (1, 2, 1)
+    assert got == {"detected": 1}
+    assert outcomes(p, "partial-offload@110ms", "none", T.ONE_DIE)[0] == {"wrong": 1}

@@ -229,9 +229,10 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
 @njit(nogil=True)
 def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flush_ns, lba_seq, lba_prev,
                   w_pages, hit):
-    """Undo every write op of the log's first ``k_end`` entries that had arrived by ``at_ns`` but was not on
-    the media then (completion + ``flush_ns`` after it). ``hit[w]`` gets the units of write ``w`` lost.
-    Returns (ops lost, units lost)."""
+    """Undo the units of the log's first ``k_end`` write ops that had arrived by ``at_ns`` but were not on the
+    media then. The units of one op reach the media in order, evenly spread from its arrival to its
+    completion (the device reports one completion per op), and ``flush_ns`` later with a volatile buffer.
+    ``hit[w]`` gets the units of write ``w`` lost. Returns (ops hit, units lost)."""
     n_ops = 0
     n_pages = 0
     for k in range(k_end):
@@ -239,7 +240,12 @@ def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flu
             continue
         w = lg_w[k]
         n_ops += 1
-        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+        n = lg_np[k]
+        span = lg_done[k] - lg_arr[k]
+        for j in range(n):
+            if lg_arr[k] + span * (j + 1) // n + flush_ns <= at_ns:
+                continue  # this unit was on the media
+            q = lg_lba[k] + j
             if lba_seq[q] == w:
                 lba_seq[q] = lba_prev[q]
                 n_pages += 1

@@ -4,8 +4,9 @@ from an older checkpoint.
 
 The device model acknowledges a write when it is programmed, so "acknowledged but not on the media" is
 modelled explicitly: a write is on the media ``flush_ns`` after its completion (0: a drive with power-loss
-protection). Writes that had arrived but were not on the media at the instant are undone unit by unit
-(``torn``: some units on the media, ``lost``: none).
+protection), the units of one op in order, evenly spread from its arrival to its completion. Units that had
+arrived but were not on the media at the instant are undone (``torn``: some of an object's units on the
+media, ``lost``: none).
 """
 
 from __future__ import annotations
