@@ -17,6 +17,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.capture import CaptureParams
     from devicemodels.params import CxlParams, CxlSsdParams, DramParams, FdpParams, FlashParams, ZnsParams
     from kvreplay.costmodel import CostParams
+    from kvreplay.faults import FAULTS, FaultParams
     from kvreplay.hints import HINTS
     from kvreplay.layout.params import LayoutParams
     from kvreplay.replay.params import ReplayParams
@@ -35,6 +36,9 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         cls = HINTS.get(name).Params
         if any(True for _ in describe(cls)):
             out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}")
+    out["faults"] = (FaultParams, "kvbed replay: injected faults and the recovery contract (also --fault, --contract)")
+    for name in FAULTS:
+        out[f"fault.{name}"] = (FAULTS.get(name).Params, f"kvbed replay --fault {name}@TIME,key=value...")
     out.update({
         "flash": (FlashParams, "devices conv, fdp, zns, cxl-ssd (kvbed replay, kvbed device run, kvbed up)"),
         "fdp": (FdpParams, "device fdp"),

@@ -145,6 +145,58 @@ def make_tier_plots(run: Run) -> list[Path]:
     return out
 
 
+OUTCOME_COLOURS = {"reused": "tab:green", "detected": "tab:blue", "missing": "tab:orange", "wrong": "tab:red"}
+
+
+def _outcome_bars(ax, labels: list[str], blocks: list[dict]) -> None:
+    """Stacked bars of load outcomes (objects), one per block of result.json's ``faults`` section."""
+    x = np.arange(len(blocks))
+    bottom = np.zeros(len(blocks))
+    for name, colour in OUTCOME_COLOURS.items():
+        v = np.array([b["outcomes"][name]["objects"] for b in blocks], float)
+        ax.bar(x, v, bottom=bottom, color=colour, label=name)
+        bottom += v
+    ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("loads (objects)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+
+
+def plot_fault_outcomes(run: Run, path: Path) -> None:
+    """One run: outcomes of the loads after each fault, and the per-window outcome time series."""
+    f = run.result["faults"]
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4))
+    blocks = [f["before_faults"], *f["injected"]]
+    _outcome_bars(a0, ["before faults"] + [i["spec"] for i in f["injected"]], blocks)
+    a0.set_title(f"load outcomes, contract {f['contract']['name']}")
+    t = _col(run, "t_start_ns")
+    if t is not None and "loads_reused" in run.timeseries.column_names:
+        for name, colour in OUTCOME_COLOURS.items():
+            a1.plot(t / 1e9, _col(run, f"loads_{name}"), color=colour, label=name, lw=1)
+        for i in f["injected"]:
+            a1.axvline(i["at_ns"] / 1e9, color="k", ls="--", lw=0.8)
+        a1.set_xlabel("trace time (s)")
+        a1.set_ylabel("loads per window")
+        a1.set_yscale("symlog")
+        a1.legend(fontsize=7)
+        a1.set_title("around the faults (dashed)")
+    _save(fig, path)
+
+
+def plot_contract_outcomes(runs: list[Run], path: str | os.PathLike) -> Path:
+    """Several runs (e.g. one per contract): all loads after the first fault, one bar per run."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(runs)), 4))
+    blocks = []
+    for r in runs:
+        inj = r.result["faults"]["injected"]
+        tot = {"outcomes": {k: {"objects": sum(i["outcomes"][k]["objects"] for i in inj)} for k in OUTCOME_COLOURS}}
+        blocks.append(tot)
+    _outcome_bars(ax, [f"{r.label}\n{r.result['faults']['contract']['name']}" for r in runs], blocks)
+    ax.set_title("load outcomes after the faults, per contract")
+    _save(fig, Path(path))
+    return Path(path)
+
+
 def make_run_plots(run_dir: str | os.PathLike) -> list[Path]:
     run = load_run(run_dir)
     if "requests" in run.result:
@@ -153,6 +205,9 @@ def make_run_plots(run_dir: str | os.PathLike) -> list[Path]:
     plot_waf(run, out[0])
     plot_latency_cdf(run, out[1])
     plot_ruh_bytes(run, out[2])
+    if "faults" in run.result:
+        out.append(run.path / "faults.png")
+        plot_fault_outcomes(run, out[-1])
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from devicemodels import DEVICES
 from kvreplay import schema as S
+from kvreplay.faults import FaultParams
 from kvreplay.hints import HINTS
 from kvreplay.layout import LayoutParams
 from kvreplay.replay.params import ReplayParams
@@ -60,6 +61,8 @@ class RunConfig:
     trace_fingerprint: str | None = None
     #: where the ops go when not to the embedded model, e.g. {"kind": "vm", ...} (testbed.vm.replay)
     target: dict[str, Any] | None = None
+    #: injected faults and the recovery contract (kvreplay.faults); recorded only when set
+    faults: FaultParams = field(default_factory=FaultParams)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -76,6 +79,8 @@ class RunConfig:
         }
         if self.target is not None:
             d["target"] = self.target
+        if self.faults.active:
+            d["faults"] = to_dict(self.faults)
         return d
 
     @classmethod
@@ -92,6 +97,7 @@ class RunConfig:
                 hint_params=from_dict(policy_cls.Params, d["hint_params"], where=f"{where}: hint_params"),
                 device_params=groups, explicit=list(d.get("explicit", [])), sized=True, sizing=d.get("sizing"),
                 trace_fingerprint=d["trace"].get("fingerprint"), target=d.get("target"),
+                faults=from_dict(FaultParams, d.get("faults", {}), where=f"{where}: faults").validate(),
             )
         except KeyError as exc:
             raise KvbedError(f"missing key {exc.args[0]!r}", where=where) from None
@@ -105,10 +111,12 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
     fail early on anything unknown."""
     device_cls = DEVICES.get(device)
     policy_cls = HINTS.get(hints)
-    classes = {"replay": ReplayParams, "layout": LayoutParams, "hint": policy_cls.Params, **device_cls.param_classes}
+    classes = {"replay": ReplayParams, "layout": LayoutParams, "faults": FaultParams, "hint": policy_cls.Params,
+               **device_cls.param_classes}
     routed = split_overrides(with_options(params, options), classes)
     replay = with_overrides(ReplayParams(), routed["replay"]).validate()
     layout = with_overrides(LayoutParams(), routed["layout"]).validate()
+    faults = with_overrides(FaultParams(), routed["faults"]).validate()
     hint_params = with_overrides(policy_cls.Params(), routed["hint"])
     groups = apply_defaults({g: c() for g, c in device_cls.param_classes.items()})
     for g in device_cls.param_classes:
@@ -120,7 +128,7 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
         groups["flash"] = with_overrides(groups["flash"], {"seed": replay.seed})
     path = Path(trace).expanduser().resolve()
     return RunConfig(trace=str(path), device=device, hints=hints, replay=replay, layout=layout,
-                     hint_params=hint_params, device_params=groups, explicit=sorted(explicit))
+                     hint_params=hint_params, device_params=groups, explicit=sorted(explicit), faults=faults)
 
 
 def tier_policy(meta: S.TraceMeta, tier: str) -> str | None:

@@ -33,6 +33,7 @@ import numpy as np
 from devicemodels import DEVICES, jit
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from kvreplay import schema as S
+from kvreplay.faults import CONTRACTS
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout import layout_for
@@ -118,10 +119,15 @@ class Replay:
         pb = page_bytes_of(cfg.device_params)
         if self.progress:
             self.progress.phase("scan", self.reader.num_rows)
+        if cfg.faults.active and self.target_factory is not None:
+            raise KvbedError("--fault/--contract with --target vm: not yet (the real-guest power-loss path is "
+                             "issue 14 part 2); use the embedded model")
+        self.header_bytes = CONTRACTS.get(cfg.faults.contract).header_bytes()
         t0 = time.perf_counter()
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
                                            clock=getattr(cfg.hint_params, "clock", "bytes"),
-                                           on_batch=self.progress.advance if self.progress else None)
+                                           on_batch=self.progress.advance if self.progress else None,
+                                           header_bytes=self.header_bytes)
         self.scan_s = time.perf_counter() - t0
         sc = self.scan
         if sc.tier_events == 0:
@@ -166,6 +172,11 @@ class Replay:
             raise KvbedError(f"--param window_ns={self.window_ns}: the trace spans {span} ns, which makes "
                              f"{n_windows:,} time-series windows; at most {MAX_WINDOWS:,} (raise window_ns)")
         self.t0 = sc.t_first_ns
+        self.fault_run = None
+        if cfg.faults.active:
+            from kvreplay.faults.analysis import FaultRun
+
+            self.fault_run = FaultRun(cfg.faults, self)
 
     def columns(self) -> list[str]:
         extra = ["request_id"] if self.req_start is not None else []
@@ -176,7 +187,7 @@ class Replay:
         return Producer(self.reader.iter_batches(self.columns()), self.cfg.replay.tier_code, self.policy,
                         self.layout, self.pid_of_class, self.page_bytes, self.t0, self.cfg.replay.time_scale,
                         self.window_ns, self.scan.max_object_pages, self.cfg.trace, self.stage_s,
-                        req_start=self.req_start)
+                        req_start=self.req_start, header_bytes=self.header_bytes)
 
     # -------------------------------------------------------------------------------- submission
     def _submit(self, ops: dict[str, np.ndarray]) -> np.ndarray:
@@ -290,6 +301,8 @@ class Replay:
             ev = item.events
             R.record_segment(ops["op"], ops["src"], ops["event"], done, ops["arrival_ns"], ev.act, ev.first,
                              ev.done, self.H, W, seg_acc, ops["npages"])
+            if self.fault_run is not None:
+                self.fault_run.record(ops, done, ev.row)
             self.stage_s["device"] += t1 - t0
             self.stage_s["record"] += time.perf_counter() - t1
             win_acc += seg_acc
@@ -311,6 +324,14 @@ class Replay:
         self.dev_stats = self.target.stats()
         job = out.job_entry(self, rows_done)
         result = out.build_result(self, job, rows_done, incomplete)
+        fault_s = 0.0
+        if self.fault_run is not None:
+            t_f = time.perf_counter()
+            result["faults"], per_window = self.fault_run.analyse(rows_done, self.device.logical_pages,
+                                                                  self.window_ns)
+            out.add_outcomes(rows, per_window)
+            job["faults"] = out.fault_summary(result["faults"])
+            fault_s = time.perf_counter() - t_f
         wall = time.perf_counter() - wall0
         jit_s = jit.compile_seconds(compiling)
         runtime = {
@@ -321,6 +342,7 @@ class Replay:
             "jit_s": jit_s,  # numba compiling kernels or loading them from its cache, within wall_s
             "events_per_s": rows_done / (wall - jit_s) if wall > jit_s else None,  # the run without jit_s
             "replay_stage_s": {k: round(v, 4) for k, v in self.stage_s.items()},
+            **({"fault_analysis_s": fault_s} if self.fault_run is not None else {}),
             "incomplete": bool(incomplete),
             "layout_memory_bytes": self.layout.state.nbytes(),
             "policy_memory_bytes": self.policy.memory_bytes(),

@@ -88,6 +88,8 @@ class Producer:
     #: request's start (a KV connector asks for all of a request's chunks at once; the device's queues then
     #: serialise them) instead of when the trace's tier simulator paced it; arrivals stay non-decreasing
     req_start: np.ndarray | None = None
+    #: bytes stored with every object beside its payload (a recovery contract's header, kvreplay.faults)
+    header_bytes: int = 0
 
     def segments(self) -> Iterator[Segment | Mark]:
         """Op segments in trace order, with a :class:`Mark` whenever every event before a row is done."""
@@ -129,7 +131,7 @@ class Producer:
             ev_act = act[tidx]
             ev_obj = batch["obj_id"][tidx]
             ev_nbytes = batch["nbytes"][tidx]
-            ev_pages = pages_of(ev_nbytes, self.page_bytes)
+            ev_pages = pages_of(ev_nbytes + self.header_bytes if self.header_bytes else ev_nbytes, self.page_bytes)
             ev_ts = batch["ts_ns"][tidx]
             ev_cls = np.zeros(len(tidx), np.int16)
             is_w = ev_act == A_WRITE

@@ -153,6 +153,30 @@ def build_result(rp: Any, job: dict[str, Any], rows_done: int, incomplete: bool)
     return result
 
 
+def add_outcomes(rows: list[dict[str, Any]], per_window: np.ndarray) -> None:
+    """Per-window load outcomes of a run with faults or a contract (``loads_reused``, ``loads_detected``,
+    ``loads_missing``, ``loads_wrong``): the time series around each fault."""
+    from kvreplay.faults.model import OUTCOMES
+
+    for row in rows:
+        w = row["window"]
+        for k, name in enumerate(OUTCOMES):
+            row[f"loads_{name}"] = int(per_window[w, k]) if w < len(per_window) else 0
+
+
+def fault_summary(f: dict[str, Any]) -> dict[str, Any]:
+    """The job's one-line view of result.json's ``faults``: loads after the first fault by outcome, what they
+    recompute, and the contract's extra device bytes (the study metrics read it)."""
+    inj = f["injected"]
+    out: dict[str, Any] = {"contract": f["contract"]["name"]}
+    for k in ("reused", "detected", "missing", "wrong"):
+        out[f"loads_{k}"] = sum(i["outcomes"][k]["objects"] for i in inj)
+    out["recompute_tokens"] = sum(i["recompute_tokens"] for i in inj)
+    out["contract_extra_bytes_written"] = f["contract"]["extra_bytes_written"]
+    out["contract_extra_bytes_read"] = f["contract"]["extra_bytes_read"]
+    return out
+
+
 def latency_rows(hists: dict[str, LatencyHistogram]) -> list[tuple[str, int, int]]:
     """(series, bucket, count) of every non-empty bucket: latency.parquet."""
     rows = []

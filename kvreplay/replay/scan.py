@@ -132,7 +132,9 @@ class ScanResult:
 
 
 def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_future: bool = False,
-               clock: str = "bytes", on_batch: Callable[[int], None] | None = None) -> ScanResult:
+               clock: str = "bytes", on_batch: Callable[[int], None] | None = None,
+               header_bytes: int = 0) -> ScanResult:
+    """``header_bytes``: stored with every object (a recovery contract's header), so it counts in its units."""
     lut = action_table(tier)
     table = ObjTable({"pages": (np.int32, 0), "bytes": (np.int64, 0), "wseq": (np.int64, 0), "birth": (np.int64, 0)})
     acc = np.zeros(AC_N, np.int64)
@@ -162,7 +164,7 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
         last_sec = (int(ts[-1]) - res.t_first_ns) // 1_000_000_000
         if last_sec >= len(per_sec):
             per_sec = np.concatenate([per_sec, np.zeros(max(last_sec + 1, 2 * len(per_sec)) - len(per_sec), np.int64)])
-        pg = pages_of(nb, page_bytes)
+        pg = pages_of(nb + header_bytes if header_bytes else nb, page_bytes)
         if record_future:
             need = int(acc[AC_WRITES]) + int(np.count_nonzero(a == A_WRITE))
             if need > len(life):

@@ -70,7 +70,7 @@ def _param_epilog() -> str:
     """Every --param key, from the dataclasses themselves (``kvbed params`` shows defaults and meaning)."""
     from testbed.paramdocs import keys_epilog, parameter_sets
 
-    sets = [n for n in parameter_sets() if n not in ("tier", "synth", "crossover")]
+    sets = [n for n in parameter_sets() if n not in ("tier", "synth", "crossover") and not n.startswith("fault.")]
     return (
         "\b\n--param keys (units accepted: 1GiB, 2ms, 7%; `kvbed params` gives defaults, units, meaning):\n"
         + keys_epilog(sets) + "\n"
@@ -158,6 +158,14 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
               help="with --tiers: a chunk held in a lower tier is loaded, recomputed, or the cheaper of the two "
                    "per request (all three are reported; this one heads the summary) [default: load]")
 @_replay_options
+@click.option("--fault", "faults", multiple=True, metavar="KIND@TIME[,K=V...]",
+              help="inject a fault (repeatable): power-loss, tier-loss, partial-offload, media-error, stale-index, "
+                   "version-drift; TIME in trace time from the first event, e.g. power-loss@2s,index=stale")
+@click.option("--fault-file", "fault_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="faults as [[fault]] tables in a TOML file (kind = \"power-loss\", at = \"2s\", index = ...)")
+@click.option("--contract", "contract", default=None, metavar="NAME",
+              help="recovery contract every load is checked with: none, checksum, version, lease, full "
+                   "[default: none]")
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
                    "classes=4 logical_bytes=2TiB (repeatable)")
@@ -175,7 +183,8 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary table")
 @click.option("--json", "as_json", is_flag=True, help="print the job summary as JSON")
 def replay(trace: str | None, device: str | None, hints: str | None, tiers: str | None,
-           tier_devices: tuple[str, ...], on_hit: str | None, params: tuple[str, ...],
+           tier_devices: tuple[str, ...], on_hit: str | None, faults: tuple[str, ...], fault_file: Path | None,
+           contract: str | None, params: tuple[str, ...],
            target: str | None, vm_name: str | None, config_path: Path | None, out: Path | None, no_plots: bool,
            quiet: bool, as_json: bool, **options: Any) -> None:
     """Replay the TRACE's tier (default ssd) on a device with a placement-hint policy: an embedded device
@@ -194,6 +203,20 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     from testbed.results import check_out_dir, write_run
 
     given = {k: v for k, v in options.items() if v is not None}
+    fault_texts = list(faults)
+    if fault_file is not None:
+        from kvreplay.faults import faults_from_file
+
+        fault_texts += faults_from_file(fault_file)
+    if fault_texts:
+        given["fault"] = ";".join(fault_texts)
+    if contract is not None:
+        given["contract"] = contract
+    if (fault_texts or contract) and (target == "vm" or vm_name is not None):
+        raise KvbedError("--fault/--contract with --target vm: not yet (the real-guest power-loss path is issue 14 "
+                         "part 2); use the embedded model")
+    if (fault_texts or contract) and tiers is not None:
+        raise KvbedError("--fault/--contract with --tiers: not yet (faults run on a single-tier replay)")
     multi_only = {"--tier-device": tier_devices, "--on-hit": on_hit}
     if tiers is not None or (config_path is not None and _is_multitier(config_path)):
         if device or target or vm_name:
@@ -209,7 +232,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     on_vm = target == "vm" or vm_name is not None
     if config_path is not None:
         if trace or device or hints or params or given or target or vm_name:
-            raise KvbedError("--config reruns a saved run: give no TRACE, --device, --hints, --param, --target, "
+            raise KvbedError("--config reruns a saved run: give no TRACE, --device, --hints, --param, --fault, --contract, --target, "
                              "--vm or replay options")
         try:
             raw = json.loads(config_path.read_text())
@@ -419,6 +442,16 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
                       (f" [red]FAILED: {', '.join(bad)}[/red]" if bad else ""))
         elif vm.get("cross_checks_skipped"):
             t.add_row("cross-checks", f"skipped: {vm['cross_checks_skipped']}")
+    fr = res.get("faults")
+    if fr:
+        ct = fr["contract"]
+        t.add_row("contract", f"{ct['name']}: +{fmt_bytes(ct['extra_bytes_written'])} written, "
+                              f"+{fmt_bytes(ct['extra_bytes_read'])} read, {ct['verified_loads']:,} loads verified")
+        for i in fr["injected"]:
+            o = {k: v["objects"] for k, v in i["outcomes"].items()}
+            t.add_row(f"after {i['spec']}", f"reused {o['reused']:,}, detected {o['detected']:,}, missing "
+                                            f"{o['missing']:,}, [red]wrong {o['wrong']:,}[/red]; recompute "
+                                            f"{i['recompute_tokens']:,} tokens")
     t.add_row("run directory", str(run_dir))
     con.print(t)
 
@@ -447,3 +480,9 @@ def report(runs: tuple[Path, ...], plot_path: Path | None, no_plot: bool, as_jso
         comparison_plot(loaded, path)
         if not as_json:
             click.echo(f"plot: {path}")
+        if all("faults" in r.result for r in loaded):
+            from testbed.plots import plot_contract_outcomes
+
+            opath = plot_contract_outcomes(loaded, path.with_name(path.stem + "-outcomes.png"))
+            if not as_json:
+                click.echo(f"plot: {opath}")

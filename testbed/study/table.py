@@ -29,6 +29,11 @@ METRICS: dict[str, str] = {
     "write_p999_ns": "device write latency p99.9",
     "load_p50_ns": "object load latency p50", "load_p99_ns": "object load latency p99",
     "load_p999_ns": "object load latency p99.9",
+    "loads_wrong": "loads after the faults served wrong (kvbed replay --fault)",
+    "loads_detected": "loads after the faults the contract caught (recomputed)",
+    "loads_missing": "loads after the faults whose copy was gone (recomputed)",
+    "recompute_tokens": "tokens recomputed after the faults",
+    "contract_extra_bytes_written": "device bytes the contract's headers added",
 }
 DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
                    "write_p99_ns")
@@ -60,6 +65,9 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
         "gc_runs": job.get("gc_count"), "gc_stall_ns": job.get("gc_stall_ns"), "erases": job.get("erases"),
         "zone_resets": job.get("zone_resets"), "user_bytes_written": job.get("user_bytes_written"),
     }
+    fs = job.get("faults") or {}
+    for k in ("loads_wrong", "loads_detected", "loads_missing", "recompute_tokens", "contract_extra_bytes_written"):
+        out[k] = fs.get(k)
     for short, entry in _ENTRY.items():
         pct = ((job.get(entry) or {}).get("lat_ns") or {}).get("percentile") or {}
         n = ((job.get(entry) or {}).get("lat_ns") or {}).get("N", 0)

@@ -1,0 +1,260 @@
+"""The payload model and the state every fault acts on, advanced event by event in one numba kernel.
+
+Payload: an object's content is a function of (obj_id, scope version) - the version of its scope when its
+KV was computed (create, recover, transform). A load is *correct* when what it reads is the object's own,
+complete content at the scope's current version; so "correct" can be checked anywhere without bytes.
+
+State (object ids index dense arrays):
+
+- trace tiers (every tier but the replayed one): per (tier, object) the version a copy holds (-1: none),
+  whether it is torn/corrupt, and when it was written;
+- the replayed tier (on the device): a content map with one entry per mapping unit - the *write sequence*
+  whose data it holds (0: zeros: trimmed or never written) and the one before (so a write that never reached
+  the media can be undone); per write sequence its object, version, units and its write ops in the op log;
+  the host-side index (object -> write sequence the entry points at), which faults may lose or roll back.
+
+Loads (load/hit events; and a ``create`` of an object the index claims the device holds, which a store with
+that index would have loaded instead of computing: a *phantom* load) are classified into the outcomes below,
+per fault, tier and object kind. After a detected or missing load the object is recomputed and its copy is
+good again; a load served wrong leaves the bad copy in place (nothing noticed it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from devicemodels.base import OP_TRIM, OP_WRITE
+from devicemodels.jit import njit
+from kvreplay import schema as S
+from kvreplay.faults.contract import CHECK_CHECKSUM, CHECK_LEASE, CHECK_VERSION
+from kvreplay.layout.actions import A_DROP, A_FREE, A_NONE, A_READ, A_WRITE
+
+OUTCOMES = ("reused", "detected", "missing", "wrong")
+O_REUSED, O_DETECTED, O_MISSING, O_WRONG = range(4)
+MEASURES = ("objects", "bytes", "tokens")
+# cost[] slots
+(K_WRITES, K_EXTRA_PAGES_W, K_READS, K_EXTRA_PAGES_R, K_VERIFIED, K_VERIFIED_BYTES, K_DETECTED_VALID,
+ K_PHANTOM, K_MEDIA_ERRORS) = range(9)
+K_N = 9
+
+
+@njit(inline="always")
+def _uniform(seed, row):
+    """A uniform [0, 1) draw that depends only on (seed, row): splitmix64, no generator state."""
+    z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(row) + np.uint64(0x632BE59BD9B4E019)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(inline="always")
+def _pages(nbytes, page_bytes):
+    return max(1, (nbytes + page_bytes - 1) // page_bytes)
+
+
+@njit(nogil=True)
+def _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo, w_hi, w_bad,
+              lg_lba, lg_np, corrupt):
+    """(outcome, content was correct) of a load of ``o`` from the replayed tier."""
+    if restored[o]:
+        return O_REUSED, True
+    s = ix_seq[o]
+    if s == 0:
+        return O_MISSING, False
+    h = -1
+    intact = True
+    npg = 0
+    for k in range(w_lo[s], w_hi[s]):
+        for p in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+            q = lba_seq[p]
+            if h < 0:
+                h = q
+            elif q != h:
+                intact = False
+            npg += 1
+    if h < 0:
+        h = 0
+    zeros = h == 0
+    if zeros or w_pages[h] != npg:
+        intact = False
+    bad = corrupt or (not zeros and w_bad[h] != 0)
+    cobj = w_obj[h] if not zeros else np.uint64(0)
+    cver = w_ver[h] if not zeros else np.int64(-1)
+    correct = intact and not bad and cobj == o and cver == exp
+    det = False
+    if (checks & CHECK_CHECKSUM) and (not intact or bad):
+        det = True
+    if (checks & CHECK_VERSION) and (zeros or cobj != o or cver != exp):
+        det = True
+    if (checks & CHECK_LEASE) and h != s:
+        det = True
+    if det:
+        return O_DETECTED, correct
+    return (O_REUSED if correct else O_WRONG), correct
+
+
+@njit(nogil=True)
+def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t0, window_ns,
+                  lut, dev_tier, page_bytes, header_bytes, checks, fault_slot, media_rate, media_from, seed,
+                  lg_row, lg_op, lg_lba, lg_np, lg_w, kp,
+                  o_ver, scope_ver, cp_ver, cp_bad, cp_ts, ix_seq, restored, true_res,
+                  lba_seq, lba_prev, w_obj, w_ver, w_pages, w_lo, w_hi, w_bad, wn,
+                  acc, tw, cost):
+    """Advance the state over batch rows [a, b) (global row = row0 + i); classify every load.
+
+    ``fault_slot``: where outcomes are counted (0: before any fault, f + 1: after fault f); ``kp``/``wn``:
+    one-element cursors (next op log entry, next write sequence) carried between calls."""
+    n_log = len(lg_row)
+    n_tiers = cp_ver.shape[0]
+    for i in range(a, b):
+        o = obj[i]
+        t = tier[i]
+        p = op[i]
+        r = row0 + i
+        exp = scope_ver[scope[i]]
+        rel = ts[i] - t0
+        w_idx = rel // window_ns
+        out = -1
+        ct = dev_tier
+        good = False
+        # a store whose index claims the device holds o would load it rather than compute it
+        if p == S.OP_CREATE and fault_slot > 0 and ix_seq[o] != 0 and true_res[o] == 0 and restored[o] == 0:
+            out, good = _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo, w_hi,
+                                  w_bad, lg_lba, lg_np, False)
+            cost[K_PHANTOM] += 1
+            if out == O_DETECTED or out == O_MISSING:
+                ix_seq[o] = 0  # found bad: the entry is dropped and the object computed as the trace does
+            elif out == O_WRONG:
+                restored[o] = 0
+        if p == S.OP_CREATE or p == S.OP_RECOVER or p == S.OP_TRANSFORM:
+            o_ver[o] = exp
+        act = lut[p, t]
+        if act != A_NONE:  # the replayed tier (or a delete that ends its copy too)
+            if act == A_WRITE:
+                true_res[o] = 1
+                restored[o] = 0
+                w = wn[0]
+                wn[0] += 1
+                w_obj[w] = o
+                w_ver[w] = o_ver[o]
+                w_pages[w] = 0
+                w_lo[w] = 0
+                w_hi[w] = 0
+                w_bad[w] = 0
+                first = True
+                k = kp[0]
+                while k < n_log and lg_row[k] == r:
+                    if lg_op[k] == OP_TRIM:
+                        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+                            lba_seq[q] = 0
+                            lba_prev[q] = 0
+                    elif lg_op[k] == OP_WRITE:
+                        if first:
+                            w_lo[w] = k
+                            first = False
+                        w_hi[w] = k + 1
+                        lg_w[k] = w
+                        w_pages[w] += lg_np[k]
+                        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+                            lba_prev[q] = lba_seq[q]
+                            lba_seq[q] = w
+                    k += 1
+                kp[0] = k
+                ix_seq[o] = w
+                cost[K_WRITES] += 1
+                cost[K_EXTRA_PAGES_W] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
+            elif act == A_READ:
+                corrupt = False
+                if media_rate > 0.0 and rel >= media_from:
+                    bits = 8.0 * nbytes[i]
+                    pr = -np.expm1(bits * np.log1p(-media_rate)) if media_rate < 1.0 else 1.0
+                    corrupt = _uniform(seed, r) < pr
+                    if corrupt and ix_seq[o] != 0:
+                        cost[K_MEDIA_ERRORS] += 1
+                out, good = _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo,
+                                      w_hi, w_bad, lg_lba, lg_np, corrupt)
+                cost[K_READS] += 1
+                cost[K_EXTRA_PAGES_R] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
+                if checks != 0 and out != O_MISSING:
+                    cost[K_VERIFIED] += 1
+                    cost[K_VERIFIED_BYTES] += nbytes[i] + header_bytes
+                if out == O_DETECTED and good:
+                    cost[K_DETECTED_VALID] += 1
+                if out == O_DETECTED or out == O_MISSING:
+                    restored[o] = 1
+            else:  # free or drop: the copy ends, its units are trimmed
+                k = kp[0]
+                while k < n_log and lg_row[k] == r:
+                    if lg_op[k] == OP_TRIM:
+                        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+                            lba_seq[q] = 0
+                            lba_prev[q] = 0
+                    k += 1
+                kp[0] = k
+                ix_seq[o] = 0
+                true_res[o] = 0
+                restored[o] = 0
+        if t != dev_tier:
+            if p == S.OP_PERSIST or p == S.OP_RECOVER or p == S.OP_CREATE or p == S.OP_TRANSFORM:
+                cp_ver[t, o] = o_ver[o]
+                cp_bad[t, o] = 0
+                cp_ts[t, o] = rel
+            elif p == S.OP_LOAD or p == S.OP_HIT:
+                v = cp_ver[t, o]
+                ct = t
+                if v < 0:
+                    out = O_MISSING
+                else:
+                    bad = cp_bad[t, o] != 0
+                    correct = (not bad) and v == exp
+                    det = ((checks & CHECK_CHECKSUM) != 0 and bad) or ((checks & CHECK_VERSION) != 0 and v != exp)
+                    out = O_DETECTED if det else (O_REUSED if correct else O_WRONG)
+                if out == O_DETECTED or out == O_MISSING:
+                    cp_ver[t, o] = exp
+                    cp_bad[t, o] = 0
+            elif p == S.OP_INVALIDATE or p == S.OP_EVICT:
+                cp_ver[t, o] = -1
+            elif p == S.OP_DELETE:
+                for u in range(n_tiers):
+                    cp_ver[u, o] = -1
+        if out >= 0:
+            c = acc[fault_slot, ct, kind[i], out]
+            c[0] += 1
+            c[1] += nbytes[i]
+            c[2] += ntokens[i]
+            tw[w_idx, out] += 1
+
+
+@njit(nogil=True)
+def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flush_ns, lba_seq, lba_prev,
+                  w_pages, hit):
+    """Undo the units of the log's first ``k_end`` write ops that had arrived by ``at_ns`` but were not on the
+    media then. The units of one op reach the media in order, evenly spread from its arrival to its
+    completion (the device reports one completion per op), and ``flush_ns`` later with a volatile buffer.
+    ``hit[w]`` gets the units of write ``w`` lost. Returns (ops hit, units lost)."""
+    n_ops = 0
+    n_pages = 0
+    for k in range(k_end):
+        if lg_op[k] != OP_WRITE or lg_arr[k] > at_ns or lg_done[k] + flush_ns <= at_ns:
+            continue
+        w = lg_w[k]
+        n_ops += 1
+        n = lg_np[k]
+        span = lg_done[k] - lg_arr[k]
+        for j in range(n):
+            if lg_arr[k] + span * (j + 1) // n + flush_ns <= at_ns:
+                continue  # this unit was on the media
+            q = lg_lba[k] + j
+            if lba_seq[q] == w:
+                lba_seq[q] = lba_prev[q]
+                n_pages += 1
+                hit[w] += 1
+    return n_ops, n_pages
+
+
+def torn_and_lost(hit: np.ndarray, w_pages: np.ndarray) -> tuple[int, int]:
+    """(writes left torn: some units on media, some not; writes lost whole)."""
+    ws = np.flatnonzero(hit)
+    full = hit[ws] >= w_pages[ws]
+    return int(np.count_nonzero(~full)), int(np.count_nonzero(full))
