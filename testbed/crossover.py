@@ -211,8 +211,15 @@ class DeviceLoader:
         mine = [kv for kv in device_pairs if _takes(cls.param_classes, kv)]
         dev = cls.from_params(mine)
         self.page_bytes = dev.page_bytes
-        self.flush_pages = self._group_value(dev, spec.flush_key) // self.page_bytes if spec.flush_key else 0
-        need_pages = max_q * -(-max_obj_bytes // self.page_bytes) + self.flush_pages
+        obj_pages = max_q * -(-max_obj_bytes // self.page_bytes)
+
+        def needs(d: Any) -> tuple[int, int]:
+            """(pages read to flush the cache, pages the sweep needs) on device ``d``: a cache sized from the
+            capacity (cxl-ssd: 1/20 of the flash) grows with it."""
+            flush = self._group_value(d, spec.flush_key) // self.page_bytes if spec.flush_key else 0
+            return flush, obj_pages + flush
+
+        self.flush_pages, need_pages = needs(dev)
         if need_pages > dev.logical_pages:
             key = spec.capacity_key
             if key is None or key not in known or key in _user_keys(mine):
@@ -221,14 +228,10 @@ class DeviceLoader:
                     f"{need_pages * self.page_bytes} bytes, device {spec.device} holds "
                     f"{dev.logical_pages * self.page_bytes}" + (f"; raise {key} or lower max_tokens" if key else ""))
             size = -(-need_pages * self.page_bytes // GiB) * GiB
-            dev = cls.from_params(mine + [f"{key}={size}"])
-            if spec.flush_key:  # a cache sized from the capacity (cxl-ssd: 1/20) grew with it
-                self.flush_pages = self._group_value(dev, spec.flush_key) // self.page_bytes
-                need_pages = max_q * -(-max_obj_bytes // self.page_bytes) + self.flush_pages
-                if need_pages > dev.logical_pages:
-                    dev = cls.from_params(mine + [f"{key}={2 * size}"])
-                    self.flush_pages = self._group_value(dev, spec.flush_key) // self.page_bytes
-                    need_pages = max_q * -(-max_obj_bytes // self.page_bytes) + self.flush_pages
+            while need_pages > dev.logical_pages:
+                dev = cls.from_params(mine + [f"{key}={size}"])
+                self.flush_pages, need_pages = needs(dev)
+                size *= 2
         self.dev = dev
         self.config = dev.config()
         if spec.written:

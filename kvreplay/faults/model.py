@@ -27,7 +27,7 @@ from devicemodels.base import OP_TRIM, OP_WRITE
 from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.faults.contract import CHECK_CHECKSUM, CHECK_LEASE, CHECK_VERSION
-from kvreplay.layout.actions import A_DROP, A_FREE, A_NONE, A_READ, A_WRITE
+from kvreplay.layout.actions import A_NONE, A_READ, A_WRITE
 
 OUTCOMES = ("reused", "detected", "missing", "wrong")
 O_REUSED, O_DETECTED, O_MISSING, O_WRONG = range(4)
@@ -51,6 +51,14 @@ def _uniform(seed, row):
 @njit(inline="always")
 def _pages(nbytes, page_bytes):
     return max(1, (nbytes + page_bytes - 1) // page_bytes)
+
+
+@njit(inline="always")
+def _trim(lba, npages, lba_seq, lba_prev):
+    """Trimmed units hold no write any more (nor one to fall back to)."""
+    for q in range(lba, lba + npages):
+        lba_seq[q] = 0
+        lba_prev[q] = 0
 
 
 @njit(nogil=True)
@@ -146,9 +154,7 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
                 k = kp[0]
                 while k < n_log and lg_row[k] == r:
                     if lg_op[k] == OP_TRIM:
-                        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
-                            lba_seq[q] = 0
-                            lba_prev[q] = 0
+                        _trim(lg_lba[k], lg_np[k], lba_seq, lba_prev)
                     elif lg_op[k] == OP_WRITE:
                         if first:
                             w_lo[w] = k
@@ -187,9 +193,7 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
                 k = kp[0]
                 while k < n_log and lg_row[k] == r:
                     if lg_op[k] == OP_TRIM:
-                        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
-                            lba_seq[q] = 0
-                            lba_prev[q] = 0
+                        _trim(lg_lba[k], lg_np[k], lba_seq, lba_prev)
                     k += 1
                 kp[0] = k
                 ix_seq[o] = 0

@@ -3,18 +3,10 @@ directly, no tier simulation (the format is :mod:`kvreplay.capture.rawfile`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from kvreplay.importers.base import IMPORTERS, Importer
-from kvreplay.schema import TraceMeta, TraceWriter
+from kvreplay.importers.base import IMPORTERS
+from kvreplay.importers.raw_events import RawEventsImporter
 
 
 @IMPORTERS.register("sglang-events")
-class SglangEventsImporter(Importer):
-    level = "event"
+class SglangEventsImporter(RawEventsImporter):
     description = "raw capture of SGLang's ZMQ KV event stream (kvbed trace capture --raw)"
-
-    def write_events(self, path: Path, writer: TraceWriter) -> TraceMeta:
-        from kvreplay.capture.rawimport import import_raw
-
-        return import_raw(self.name, path, writer)

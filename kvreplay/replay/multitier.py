@@ -13,11 +13,15 @@ ssd=oracle`` to one (the others keep ``none``).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from devicemodels import DEVICES, jit
+from devicemodels.histogram import LatencyHistogram
 from kvreplay import schema as S
 from kvreplay.costmodel import CostParams
 from kvreplay.hints import HINTS
@@ -25,6 +29,7 @@ from kvreplay.layout.params import LayoutParams
 from kvreplay.replay.config import RunConfig, build_config
 from kvreplay.replay.engine import Progress, Replay
 from kvreplay.replay.params import ReplayParams
+from kvreplay.replay.result import latency_rows
 from kvreplay.replay.ttft import RequestParams, request_section, request_starts
 from testbed.core.errors import KvbedError
 from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
@@ -177,17 +182,19 @@ class MultiTierReplay:
         self.progress = progress
         self.should_stop = should_stop or (lambda: False)
 
-    def _check_tiers(self, reader: S.TraceReader) -> None:
-        """Every replayed tier is in the trace, and every tier the requests load from is replayed (checked
-        before the long part)."""
-        import numpy as np
-
+    def _first_pass(self, reader: S.TraceReader) -> np.ndarray:
+        """One read of the trace before the long part: every replayed tier is in it and every tier the
+        requests load from is replayed; returns when each request started (``ttft.request_starts``)."""
         served = {S.TIER[t] for t in self.cfg.tiers}
         present = np.zeros(len(S.TIERS), np.int64)
         loads_from: set[int] = set()
-        for b in reader.iter_batches(["op", "tier"]):
+        ids, ts = [], []
+        for b in reader.iter_batches(["ts_ns", "op", "tier", "request_id"]):
             present += np.bincount(b["tier"], minlength=len(S.TIERS))[: len(S.TIERS)]
             loads_from |= set(np.unique(b["tier"][b["op"] == S.OP_LOAD]).tolist())
+            m = b["request_id"] >= 0
+            ids.append(b["request_id"][m].astype(np.int64))
+            ts.append(b["ts_ns"][m])
         for t in self.cfg.tiers:
             if not present[S.TIER[t]]:
                 have = ", ".join(S.TIERS[i] for i in np.flatnonzero(present)) or "none"
@@ -198,15 +205,14 @@ class MultiTierReplay:
             names = ", ".join(S.TIERS[c] for c in sorted(missing))
             raise KvbedError(f"requests load from tier(s) {names}, which --tiers {','.join(self.cfg.tiers)} leaves "
                              f"out: their load latency would be unknown", where=self.cfg.trace)
+        return request_starts(np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                              np.concatenate(ts) if ts else np.zeros(0, np.int64), self.cfg.trace)
 
     def run(self) -> dict[str, Any]:
-        import time
-
         wall0 = time.perf_counter()
         cfg = self.cfg
         reader = S.TraceReader(cfg.trace)
-        self._check_tiers(reader)
-        req_start = request_starts(reader)
+        req_start = self._first_pass(reader)
         jobs, devices, timeseries, latency, runtime_tiers = [], {}, [], [], {}
         reads: dict[int, Any] = {}
         results: dict[str, Any] = {}
@@ -234,8 +240,7 @@ class MultiTierReplay:
                 section, series = request_section(reader, reads, req_start, rp.t0, rp.cfg.replay.time_scale,
                                                   cfg.cost, cfg.requests, _trace_prefill_rate(reader.meta))
             req_s = time.perf_counter() - t_req
-        for name, values in series:
-            latency += _hist_rows(name, values)
+        latency += latency_rows({name: LatencyHistogram.from_values(values) for name, values in series})
         first = next(iter(results.values()))
         result = {
             "kvbed version": first["kvbed version"],
@@ -265,12 +270,3 @@ def _trace_prefill_rate(meta: S.TraceMeta) -> float | None:
     ts = (meta.generator or {}).get("tier_sim") or {}
     v = ts.get("prefill_tokens_per_s")
     return float(v) if v else None
-
-
-def _hist_rows(series: str, values: Any) -> list[tuple[str, int, int]]:
-    import numpy as np
-
-    from devicemodels.histogram import NBUCKETS, LatencyHistogram
-
-    h = LatencyHistogram.from_values(values)
-    return [(series, int(i), int(h.h[i])) for i in np.flatnonzero(h.h[:NBUCKETS])]

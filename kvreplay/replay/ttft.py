@@ -102,11 +102,8 @@ def collect(reader: S.TraceReader, reads: dict[int, tuple[np.ndarray, np.ndarray
         src = np.where(comp[sel], SOURCES.index("recompute"), src_of_tier[tier[sel]]).astype(np.int8)
         done = np.full(len(sel), -1, np.int64)
         is_load = load[sel]
-        for code in np.unique(tier[sel][is_load]).tolist():
+        for code in np.unique(tier[sel][is_load]).tolist():  # every one replayed (the run checked first)
             m = np.flatnonzero(is_load & (tier[sel] == code))
-            if code not in reads:
-                raise KvbedError(f"row {row0 + int(sel[m[0]])}: a request loads from tier {S.TIERS[code]!r}, "
-                                 f"which this run does not replay (add it to --tiers)", where=reader.path)
             rows, dones = reads[code]
             want = row0 + sel[m]
             k = np.minimum(np.searchsorted(rows, want), max(0, len(rows) - 1))
@@ -167,18 +164,13 @@ def _lat(values: np.ndarray) -> dict[str, Any]:
     return LatencyHistogram.from_values(values).to_dict()
 
 
-def request_starts(reader: S.TraceReader) -> np.ndarray:
-    """Trace time each request started (its first event), indexed by request id (-1: no such request)."""
-    ids, ts = [], []
-    for b in reader.iter_batches(["ts_ns", "request_id"]):
-        m = b["request_id"] >= 0
-        ids.append(b["request_id"][m].astype(np.int64))
-        ts.append(b["ts_ns"][m])
-    ids_a = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-    if len(ids_a) == 0:
-        raise KvbedError("the trace has no request ids: nothing to estimate TTFT for", where=reader.path)
-    start = np.full(int(ids_a.max()) + 1, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(start, ids_a, np.concatenate(ts))
+def request_starts(ids: np.ndarray, ts: np.ndarray, where: str) -> np.ndarray:
+    """Trace time each request started (its first event), indexed by request id (-1: no such request), from
+    the (request id, time) of every event that has one."""
+    if len(ids) == 0:
+        raise KvbedError("the trace has no request ids: nothing to estimate TTFT for", where=where)
+    start = np.full(int(ids.max()) + 1, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(start, ids, ts)
     start[start == np.iinfo(np.int64).max] = -1
     return start
 

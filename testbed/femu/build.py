@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -103,10 +102,7 @@ class FemuBuild:
         return self.path / "share"
 
     def manifest(self) -> dict:
-        try:
-            return json.loads((self.path / "manifest.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return paths.read_manifest(self.path)
 
     def complete(self) -> bool:
         return self.binary.is_file() and os.access(self.binary, os.X_OK) and (self.path / "manifest.json").is_file()

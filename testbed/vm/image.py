@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -68,10 +67,7 @@ class Image:
         return self.path / "root.qcow2"
 
     def manifest(self) -> dict:
-        try:
-            return json.loads((self.path / "manifest.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return paths.read_manifest(self.path)
 
     def complete(self) -> bool:
         return all((self.path / f).is_file() for f in IMAGE_FILES) and (self.path / "manifest.json").is_file()

@@ -7,6 +7,7 @@ share a machine without seeing each other's VMs).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,3 +33,11 @@ def state_dir() -> Path:
         return Path(os.environ["KVBED_STATE_DIR"])
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "kvbed" / "vms"
+
+
+def read_manifest(artifact_dir: Path) -> dict:
+    """A cached artifact's ``manifest.json`` (a guest image, a FEMU build); {} when absent or unreadable."""
+    try:
+        return json.loads((artifact_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
