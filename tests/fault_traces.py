@@ -79,5 +79,20 @@ POWER = [
     (503, "load", 3, "ssd"),
 ]
 POWER_BYTES = {4: 2 * MiB - 4096}
+#: a power loss through a real guest (tests/test_vm_qemu.py): objects 1..8 of 10 units (4 KiB) persisted 10 ms apart
+#: on a one-die device (about 6 ms each), 2 evicted at 25 ms (trimmed) and 9 written at 26 ms, 10 and 11 queued
+#: at 71 ms behind 8; power-loss@73ms,flush_ns=1ms: 8 is torn, 10 and 11 never reach the media, 2 is gone
+POWER_VM = [
+    *[r for i in range(1, 9) for r in ((10 * (i - 1), "create", i, "gpu"), (10 * (i - 1), "persist", i, "ssd"))
+      if r[0] < 25],
+    (25, "evict", 2, "ssd"), (26, "create", 9, "gpu"), (26, "persist", 9, "ssd"),
+    *[r for i in range(1, 9) for r in ((10 * (i - 1), "create", i, "gpu"), (10 * (i - 1), "persist", i, "ssd"))
+      if r[0] > 25],
+    (71, "create", 10, "gpu"), (71, "persist", 10, "ssd"), (71, "create", 11, "gpu"), (71, "persist", 11, "ssd"),
+    (80, "load", 1, "ssd"), (81, "load", 8, "ssd"), (82, "load", 10, "ssd"), (83, "load", 9, "ssd"),
+]
+POWER_VM_BYTES = {i: 10 * 4096 for i in range(1, 12)}
+POWER_VM_PARAMS = ["channels=1", "dies_per_channel=1", "page_bytes=4096"]
+
 #: a one-die device: ops are served one at a time
 ONE_DIE = ["channels=1", "dies_per_channel=1"]

@@ -32,7 +32,13 @@ def power(tmp_path_factory):
     (["--contract", "crc64"], ["contract: expected one of checksum, full, lease, none, version"]),
     (["--fault", "power-loss@1ms", "--as-fast-as-possible"], ["--as-fast-as-possible"]),
     (["--fault", "power-loss@1ms", "--device", "zns"], ["zns", "not yet"]),
-    (["--fault", "power-loss@1ms", "--target", "vm"], ["--target vm: not yet"]),
+    (["--fault", "media-error@1ms", "--target", "vm"], ["--target vm: the guest takes one power-loss fault",
+                                                        "media-error", "--target embedded"]),
+    (["--fault", "power-loss@1ms", "--fault", "power-loss@2ms", "--target", "vm"], ["one power-loss fault (got 2"]),
+    (["--contract", "checksum", "--target", "vm"], ["got 0: none", "a contract alone"]),
+    (["--fault", "power-loss@1ms", "--target", "vm", "--param", "backing=null"], ["needs backing=file"]),
+    (["--fault", "power-loss@1ms", "--target", "vm", "--device", "cxl"], ["device cxl is not a conv or fdp"]),
+    (["--fault", "power-loss@1ms", "--vm", "nosuchvm"], ["nosuchvm"]),
 ])
 def test_bad_fault_specs(power, tmp_path, args, fragments):
     out = tmp_path / "run"

@@ -200,6 +200,9 @@ def test_vm_geometry_is_fixed_and_must_hold_the_trace(fake_vm, trace, tmp_path):
     one_line_error(kvbed("replay", trace, "--vm", name, "--device", "fdp", "-o", tmp_path / "a"), "is a conv VM")
     one_line_error(kvbed("replay", trace, "--vm", name, "--target", "embedded", "-o", tmp_path / "a"), "--target vm")
     one_line_error(kvbed("replay", trace, "--vm", "nosuch", "-o", tmp_path / "a"), "no VM named 'nosuch'")
+    # a power loss kills and restarts QEMU: only on an ephemeral VM of this run
+    one_line_error(kvbed("replay", trace, "--vm", name, "--fault", "power-loss@10ms", "-o", tmp_path / "a"),
+                   f"kills and restarts QEMU: not on VM {name}", "leave --vm out")
     # a VM whose namespace (16 MiB) cannot hold the trace's live data: refused before any op is sent
     small = fake_vm(FakeGuest(16), flash=FlashParams(logical_bytes=16 * MiB, page_bytes=PAGE, pages_per_block=1,
                                                      blocks_per_line=1, op_ratio=0.5), name="small0")

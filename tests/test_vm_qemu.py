@@ -35,6 +35,7 @@ from click.testing import CliRunner
 
 from devicemodels.base import (OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                                OP_ZONE_RESET, op_batch)
+import fault_traces as FT
 from replay_fixtures import two_lifetimes
 from testbed.cli import cli
 from testbed.core.errors import KvbedError
@@ -413,6 +414,74 @@ def _long_stream(n: int, capacity_pages: int, pages: int = 128) -> dict[str, np.
     """Far more 512 KiB writes than the few seconds before the fault can finish."""
     return op_batch(np.full(n, OP_WRITE), (np.arange(n) * pages) % (capacity_pages - pages), np.full(n, pages),
                     np.arange(n) % 4)
+
+
+def _qemu_of(token: str) -> str:
+    out = subprocess.run(["pgrep", "-f", f"kvbed-{token}"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def test_power_loss_through_a_guest_agrees_with_a_hand_count(vmenv, tmp_path):
+    """`--fault power-loss@73ms,flush_ns=1ms` on conv (one die, 4 KiB units): objects 1..8 and 9 of 10 units
+    each, 2 evicted (trimmed) at 25 ms, 8 persisted at 70 ms and 10, 11 at 71 ms. QEMU is SIGKILLed at the
+    fault, started again on the same backing file, and the guest's scan of the 11 writes issued before it must
+    be the hand count: 1, 3..7 and 9 intact (7), 8, 10 and 11 torn (written at 70-71 ms, still being
+    programmed at 72 ms: 13 of their 30 units on the media), 2 missing (its extent trimmed: zeros)."""
+    trace = FT.write(tmp_path / "power.parquet", FT.POWER_VM, nbytes=FT.POWER_VM_BYTES)
+    out = tmp_path / "run"
+    args = [a for p in FT.POWER_VM_PARAMS for a in ("--param", p)]
+    res, took = _replay(trace, "--target", "vm", "--device", "conv", *args, "--fault", "power-loss@73ms,flush_ns=1ms",
+                        "-o", out)
+    assert res.exit_code == 0, res.output
+    r = _result(out)
+    pl = r["vm"]["power_loss"]
+    print(f"power loss: {took:.1f} s, restart {pl['power_cycle']['reboot_s']} s, scan {pl['scan']}")
+    assert r["target"]["backing"] == "file" and r["sources"]["lat_ns"] == "model"
+    assert pl["guest"] == pl["model"] == {"intact": 7, "torn": 3, "missing": 1, "corrupt": 0}
+    assert pl["ok"] and pl["agree"] == pl["writes_scanned"] == pl["writes_predicted"] == 11
+    assert pl["pages_present_guest"] == pl["pages_on_media_model"] == 110 - 10 - 17
+    state_ = r["faults"]["injected"][0]["state"]
+    assert pl["issued_before_kill"]["pages_not_issued"] == state_["pages_lost"] == 17
+    assert pl["issued_before_kill"]["write_ops_cut"] == state_["torn_objects"] == 3
+    assert pl["scan"]["crc32c"] == "kernel"  # the guest's CRC32C is the kernel's (algif_hash)
+    cc = _checks_hold(r)
+    assert {"before_power_loss.agent_bytes_written", "after_restart.smart_host_write_commands",
+            "model_host_bytes_written", "power_loss_scan_vs_model"} <= set(cc)
+    # the killed QEMU, the restarted one and the VM's state are all gone
+    cyc = pl["power_cycle"]
+    assert cyc["qemu_exit_status"] == -9 and cyc["killed_pid"] != cyc["restarted_pid"]
+    assert _gone(cyc["killed_pid"]) and _gone(cyc["restarted_pid"])
+    assert state.list_states() == [] and _qemu_of(r["target"]["vm"]) == ""
+
+
+def test_power_loss_mid_run_on_fdp_then_the_replay_goes_on(vmenv, traces, tmp_path):
+    """400 writes of 3 MiB on FDP with the oracle's placement ids and the checksum contract, power lost at
+    200 ms with a 2 ms volatile buffer: every write issued before it is scanned and agrees with the fault
+    model, and the rest of the trace runs on the restarted VM, whose FDP statistics, RUH status and SMART are
+    checked on their own (a restarted QEMU starts its counters afresh)."""
+    out = tmp_path / "fdp"
+    res, took = _replay(traces["small"], "--target", "vm", "--device", "fdp", "--hints", "oracle",
+                        "--param", "ru_bytes=16MiB", "--fault", "power-loss@200ms,flush_ns=2ms", "--contract",
+                        "checksum", "-o", out)
+    assert res.exit_code == 0, res.output
+    r = _result(out)
+    pl, job = r["vm"]["power_loss"], r["jobs"][0]
+    print(f"fdp power loss: {took:.1f} s; guest {pl['guest']}, scan {pl['scan']}")
+    assert pl["ok"] and pl["writes_scanned"] == 200 and pl["guest"] == pl["model"]
+    assert min(pl["guest"]["intact"], pl["guest"]["torn"], pl["guest"]["missing"]) > 0
+    cc = _checks_hold(r)
+    for leg in ("before_power_loss", "after_restart"):
+        assert {f"{leg}.fdp_host_bytes_written", f"{leg}.ruh_available_media_writes",
+                f"{leg}.bytes_by_placement_id"} <= set(cc)
+    # the model wrote every unit; the guest all but those the power loss kept from the media
+    held = pl["issued_before_kill"]["pages_not_issued"] * r["global options"]["device_params"]["flash"]["page_bytes"]
+    assert r["vm"]["model"]["host_bytes_written"] == r["vm"]["guest"]["bytes_written"] + held
+    assert job["host_bytes_written"] == r["vm"]["guest"]["bytes_written"]
+    assert r["faults"]["contract"]["name"] == "checksum" and r["incomplete"] is False
+    vmj = json.loads((out / "vm.json").read_text())
+    assert [leg["leg"] for leg in vmj["legs"]] == ["before_power_loss", "after_restart"]
+    assert sum(leg["bytes_written"] for leg in vmj["legs"]) == r["vm"]["guest"]["bytes_written"]
+    assert state.list_states() == [] and _gone(pl["power_cycle"]["restarted_pid"])
 
 
 def test_killed_qemu_mid_stream(vmenv):

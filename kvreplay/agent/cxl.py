@@ -112,7 +112,9 @@ class CxlExecutor(BaseExecutor):
                 "dax_path": self.dax_path, "dax_bytes": self.size, "dax_align_bytes": self.align,
                 "target_node": self.node}
 
-    def one(self, op, lba, npages, pid, tag, stamp, crc):
+    def one(self, op, lba, npages, pid, tag, stamp, crc, payload=None):
+        if payload is not None:  # CXL memory is volatile: nothing of it outlives a power loss to scan
+            raise OpRefused(-errno.EOPNOTSUPP, "object payloads are for NVMe namespaces (power-loss scans)")
         pb = self.page_bytes
         mem = self.mem
         if op == OP_WRITE:

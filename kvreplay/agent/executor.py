@@ -16,6 +16,7 @@ import zlib
 
 from .hist import Histogram
 from .nvme import ZSA_FINISH, ZSA_RESET, NvmeDevice, NvmeError
+from .payload import Crc32c, build_write, classify
 from .wire import (NOT_RUN, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                    OP_ZONE_RESET, STAMP, FILLER)
 
@@ -80,6 +81,7 @@ class BaseExecutor:
         """Run a batch; returns (completion columns, number of ops run, first error or None)."""
         ops, lbas, nps, pids = cols["op"], cols["lba"], cols["npages"], cols["pid"]
         tags = cols.get("tag")
+        wids = cols.get("wid")  # object payloads (see payload.py): write id, object, page in the write, pages
         n = len(ops)
         status = array.array("i", [NOT_RUN]) * n
         lat = array.array("q", [0]) * n
@@ -95,7 +97,12 @@ class BaseExecutor:
             try:
                 if not 0 <= op < len(OP_NAMES):
                     raise OpRefused(-errno.EINVAL, f"unknown op code {op}")
-                t, k, out, cr = self.one(op, lbas[i], nps[i], pids[i], tags[i] if tags is not None else 0, stamp, crc)
+                tag = tags[i] if tags is not None else 0
+                if wids is not None and wids[i] >= 0:
+                    pl = (wids[i], cols["obj"][i], cols["wpage"][i], cols["wpages"][i])
+                    t, k, out, cr = self.one(op, lbas[i], nps[i], pids[i], tag, stamp, crc, payload=pl)
+                else:
+                    t, k, out, cr = self.one(op, lbas[i], nps[i], pids[i], tag, stamp, crc)
                 status[i] = 0
                 lat[i] = t
                 lba_out[i] = out
@@ -117,7 +124,7 @@ class BaseExecutor:
         out = {"status": status, "lat_ns": lat, "done_ns": done, "lba_out": lba_out, "ncmds": ncmds, "crc": crcs}
         return out, ran, first_error
 
-    def one(self, op, lba, npages, pid, tag, stamp, crc):  # pragma: no cover - abstract
+    def one(self, op, lba, npages, pid, tag, stamp, crc, payload=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _check_range(self, lba: int, npages: int) -> None:
@@ -140,6 +147,8 @@ class NvmeExecutor(BaseExecutor):
         self.buf = dev.buf
         self.buf.mem[:] = bytes([0x5A]) * len(self.buf.mem)
         self.set_page_bytes(self.lba_bytes)
+        self.crc32c = Crc32c()
+        self._writes: dict[tuple[int, int], bytearray] = {}  # (write id, page_bytes) -> its bytes (a few recent)
 
     def set_page_bytes(self, page_bytes: int) -> None:
         if page_bytes < self.lba_bytes or page_bytes % self.lba_bytes:
@@ -152,7 +161,7 @@ class NvmeExecutor(BaseExecutor):
 
     def info(self) -> dict:
         return {"kind": "nvme", "page_bytes": self.page_bytes, "capacity_pages": self.capacity_pages,
-                **self.ns.to_dict()}
+                "crc32c": self.crc32c.source, **self.ns.to_dict()}
 
     def _stamp(self, slba: int, nlb: int, tag: int) -> None:
         """Each LBA-sized block starts with (its LBA, tag)."""
@@ -163,7 +172,16 @@ class NvmeExecutor(BaseExecutor):
             STAMP.pack_into(mem, off, slba + j, tag)
             mem[off + STAMP.size: off + bs] = filler
 
-    def one(self, op, lba, npages, pid, tag, stamp, crc):
+    def _write_bytes(self, wid: int, obj: int, npages: int) -> bytearray:
+        key = (wid, self.page_bytes)
+        data = self._writes.get(key)
+        if data is None or len(data) != npages * self.page_bytes:
+            if len(self._writes) >= 4:
+                self._writes.pop(next(iter(self._writes)))
+            data = self._writes[key] = build_write(obj, wid, 0, npages, self.page_bytes, self.crc32c)
+        return data
+
+    def one(self, op, lba, npages, pid, tag, stamp, crc, payload=None):
         dev, ns = self.dev, self.ns
         addr = self.buf.addr
         lpp, bs = self.lpp, self.lba_bytes
@@ -180,10 +198,20 @@ class NvmeExecutor(BaseExecutor):
                 dspec = pid
             step = ns.max_cmd_lbas
             pos, left = lba * lpp, npages * lpp
+            data, src = None, 0
+            if payload is not None and op == OP_WRITE:
+                wid, obj, wpage, wpages = payload
+                if not 0 <= wpage <= wpage + npages <= wpages:
+                    raise OpRefused(-errno.EINVAL, f"payload pages [{wpage}, {wpage + npages}) outside the write's {wpages}")
+                data = self._write_bytes(wid, obj, wpages)
+                src = wpage * self.page_bytes
             while left:
                 k = min(step, left)
                 if op == OP_WRITE:
-                    if stamp:
+                    if data is not None:
+                        self.buf.mem[: k * bs] = data[src: src + k * bs]
+                        src += k * bs
+                    elif stamp:
                         self._stamp(pos, k, tag)
                     t0 = _clock()
                     dev.write(pos, k, addr, dspec=dspec)
@@ -262,6 +290,42 @@ class NvmeExecutor(BaseExecutor):
             spent += _clock() - t0
             ncmd = 1
         return spent, ncmd, out, cr
+
+    def scan(self, cols: dict) -> tuple[dict, dict]:
+        """Read back writes and classify each (payload.classify). ``cols``: one row per extent (wid, obj, lba,
+        npages, wpage, wpages), a write's extents consecutive; returns per write (wid, status, present)."""
+        wids, objs, lbas, nps = cols["wid"], cols["obj"], cols["lba"], cols["npages"]
+        wpage, wpages = cols["wpage"], cols["wpages"]
+        pb, lpp, bs = self.page_bytes, self.lpp, self.lba_bytes
+        out_wid, out_status, out_present = array.array("q"), array.array("b"), array.array("i")
+        pages_read = 0
+        n = len(wids)
+        i = 0
+        while i < n:
+            wid, obj, total = wids[i], objs[i], wpages[i]
+            data = bytearray(total * pb)
+            while i < n and wids[i] == wid:
+                self._check_range(lbas[i], nps[i])
+                if not 0 <= wpage[i] <= wpage[i] + nps[i] <= total:
+                    raise OpRefused(-errno.EINVAL, f"scan: write {wid}: pages [{wpage[i]}, {wpage[i] + nps[i]}) "
+                                                   f"outside its {total}")
+                pos, left, dst = lbas[i] * lpp, nps[i] * lpp, wpage[i] * pb
+                while left:
+                    k = min(self.ns.max_cmd_lbas, left)
+                    self.dev.read(pos, k, self.buf.addr)
+                    data[dst: dst + k * bs] = self.buf.view[: k * bs]
+                    pos += k
+                    left -= k
+                    dst += k * bs
+                pages_read += nps[i]
+                i += 1
+            st, present = classify(data, obj, wid, total, pb, self.crc32c)
+            out_wid.append(wid)
+            out_status.append(st)
+            out_present.append(present)
+        return ({"wid": out_wid, "status": out_status, "present": out_present},
+                {"writes": len(out_wid), "pages_read": pages_read, "bytes_read": pages_read * pb,
+                 "crc32c": self.crc32c.source})
 
     def log(self, name: str):
         dev = self.dev

@@ -103,6 +103,7 @@ class NsInfo:
     max_open_zones: int = 0
     max_active_zones: int = 0
     fdp: bool = False
+    vwc: bool = False  # the controller reports a volatile write cache (Identify Controller VWC bit 0)
     nruh: int = 0
     ruh_ids: list = field(default_factory=list)
 
@@ -353,7 +354,9 @@ class NvmeDevice:
         # FDP: the controller says so in CTRATT bit 19 (Identify Controller bytes 96-99).
         self.buf = DmaBuffer(4096 + 16 + 32 * 128)
         try:
-            ctratt = struct.unpack_from("<I", self.identify(1), 96)[0]
+            ident = self.identify(1)
+            ctratt = struct.unpack_from("<I", ident, 96)[0]
+            info.vwc = bool(ident[525] & 1)
         except NvmeError:
             ctratt = 0
         if ctratt & (1 << 19):

@@ -20,7 +20,8 @@ import zmq
 from . import AGENT_VERSION
 from .executor import BaseExecutor, OpRefused, not_run
 from .nvme import NvmeError
-from .wire import DONE_COLUMNS, OP_COLUMNS, WIRE_VERSION, WireError, decode, encode
+from .wire import (DONE_COLUMNS, OP_COLUMNS, SCAN_COLUMNS, SCAN_DONE_COLUMNS, WIRE_VERSION, WireError, decode,
+                   encode)
 
 LINUX_REBOOT_CMD_POWER_OFF = 0x4321FEDC
 
@@ -70,6 +71,18 @@ class Agent:
         if err and stop and group is not None:
             self.failed_groups.append(group)
         return {"n": n, "ran": ran, "error": err, "counters": ex.counters.to_dict()}, out, DONE_COLUMNS
+
+    def scan(self, h, a):
+        ex = self._need_executor()
+        if not hasattr(ex, "scan"):
+            raise OpRefused(-95, f"scan: the {ex.kind} device keeps nothing to scan")
+        missing = [n for n, _ in SCAN_COLUMNS if n not in a]
+        if missing:
+            raise WireError(f"scan: missing columns {missing}")
+        if "page_bytes" in h and hasattr(ex, "set_page_bytes"):
+            ex.set_page_bytes(int(h["page_bytes"]))
+        out, totals = ex.scan(a)
+        return totals, out, SCAN_DONE_COLUMNS
 
     def log(self, h, a):
         ex = self._need_executor()
@@ -131,7 +144,7 @@ class Agent:
 
     def _loop(self, sock) -> None:
         handlers = {"hello": self.hello, "ping": self.ping, "ops": self.ops, "log": self.log, "hist": self.hist, "reset": self.reset,
-                    "stall": self.stall, "crash": self.crash, "shutdown": None}
+                    "scan": self.scan, "stall": self.stall, "crash": self.crash, "shutdown": None}
         while not self.stopping:
             if not sock.poll(200):
                 continue

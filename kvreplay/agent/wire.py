@@ -9,7 +9,8 @@ readable and versioned; raw frames keep op batches and completions cheap
 Requests carry ``v`` (this WIRE_VERSION), ``id`` (echoed in the reply) and
 ``cmd``. Replies carry ``v``, ``id``, ``ok`` and, when ``ok`` is false,
 ``error`` (one line). Commands: ``hello``, ``ping``, ``ops``, ``log``, ``hist``,
-``reset``, ``shutdown``, and the fault-injection commands ``stall``, ``crash``.
+``reset``, ``scan`` (read back object payloads after a power loss), ``shutdown``, and the fault-injection
+commands ``stall``, ``crash``.
 
 Stdlib only: imported by the guest agent and by the host client.
 """
@@ -41,6 +42,12 @@ DONE_COLUMNS = (
     ("crc", "I"),  # crc32 of the data read (reads with crc on), else 0
 )
 NOT_RUN = -(1 << 30)
+# Object payloads (payload.py), optional on an ops batch: write id (-1: none), object, page of the write
+# the op starts at, pages of the whole write.
+PAYLOAD_COLUMNS = (("wid", "q"), ("obj", "q"), ("wpage", "i"), ("wpages", "i"))
+# ``scan``: one row per extent of the writes to read back; the reply has one row per write.
+SCAN_COLUMNS = (("wid", "q"), ("obj", "q"), ("lba", "q"), ("npages", "i"), ("wpage", "i"), ("wpages", "i"))
+SCAN_DONE_COLUMNS = (("wid", "q"), ("status", "b"), ("present", "i"))
 
 # Stamped payloads: each written page starts with (lba, tag) so reads can be verified.
 STAMP = struct.Struct("<qq")

@@ -95,6 +95,8 @@ class FaultRun:
                               f"first event)")
             f.check_trace(facts)
         self.log = OpLog()
+        self.probe: set[int] = set()  # faults after which the media map is kept (a VM scan checks it)
+        self.media: dict[int, dict[str, np.ndarray]] = {}
 
     # ---------------------------------------------------------------- during the replay
     def record(self, ops: dict[str, np.ndarray], done: np.ndarray, rows: np.ndarray) -> None:
@@ -150,6 +152,8 @@ class FaultRun:
             before = st.index_entries()
             states[i] = {"device_at_ns": int(st.device_at_ns), "index_entries_before": before, **f.apply(st),
                          "index_entries_after": st.index_entries()}
+            if i in self.probe:
+                self.media[i] = st.media_map()
             slot = i + 1
 
         nxt = 0

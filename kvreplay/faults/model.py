@@ -257,6 +257,18 @@ def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flu
     return n_ops, n_pages
 
 
+@njit(nogil=True)
+def media_units(lg_op, lg_lba, lg_np, lg_w, k_end, lba_seq, count):
+    """``count[w]`` += the units of write ``w``'s extents (the log's first ``k_end`` ops) that hold its data."""
+    for k in range(k_end):
+        if lg_op[k] != OP_WRITE:
+            continue
+        w = lg_w[k]
+        for q in range(lg_lba[k], lg_lba[k] + lg_np[k]):
+            if lba_seq[q] == w:
+                count[w] += 1
+
+
 def torn_and_lost(hit: np.ndarray, w_pages: np.ndarray) -> tuple[int, int]:
     """(writes left torn: some units on media, some not; writes lost whole)."""
     ws = np.flatnonzero(hit)

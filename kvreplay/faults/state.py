@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from kvreplay import schema as S
-from kvreplay.faults.model import K_N, OUTCOMES, lose_inflight, torn_and_lost
+from kvreplay.faults.model import K_N, OUTCOMES, lose_inflight, media_units, torn_and_lost
 
 #: tiers whose copies live in volatile memory (a power loss takes them)
 VOLATILE_TIERS = ("gpu", "cpu", "cxl")
@@ -80,6 +80,17 @@ class FaultState:
                                    self.lba_prev, self.w_pages, hit)
         torn, lost = torn_and_lost(hit, self.w_pages)
         return {"write_ops_lost": int(ops), "pages_lost": int(pages), "torn_objects": torn, "lost_objects": lost}
+
+    def media_map(self) -> dict[str, np.ndarray]:
+        """Every write so far with what of it the media holds now: its trace row, object, units, and units
+        still holding its data (a scan of the device after a power loss must find exactly these)."""
+        k_end = int(self.kp[0])
+        count = np.zeros(len(self.w_pages), np.int64)
+        media_units(self.lg_op, self.lg_lba, self.lg_np, self.lg_w, k_end, self.lba_seq, count)
+        ws = np.arange(1, int(self.wn[0]))
+        ws = ws[self.w_pages[ws] > 0]
+        return {"row": self.lg_row[self.w_lo[ws]], "obj": self.w_obj[ws].astype(np.int64),
+                "pages": self.w_pages[ws], "on_media": count[ws]}
 
     def index_entries(self) -> int:
         return int(np.count_nonzero(self.ix_seq))

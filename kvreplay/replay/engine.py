@@ -88,6 +88,8 @@ class Replay:
     ``keep_reads`` keeps every replayed read event's trace row and completion (``self.reads``), which a
     multi-tier run joins to the requests (:mod:`kvreplay.replay.ttft`); ``req_start`` (trace time each
     request started, by request id) issues every read at its request's start (:class:`Producer`).
+    ``keep_media`` keeps the fault model's media map after each power loss (``fault_run.media``), which a VM
+    run holds against the guest's scan (:mod:`testbed.vm.powerloss`).
     """
 
     def __init__(self, config: RunConfig, *, progress: Progress | None = None,
@@ -95,8 +97,9 @@ class Replay:
                  target_factory: Callable[[Any], Target] | None = None,
                  fit_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  capacity_owner: str | None = None, keep_reads: bool = False,
-                 req_start: np.ndarray | None = None):
+                 req_start: np.ndarray | None = None, keep_media: bool = False):
         self.cfg = config
+        self.keep_media = keep_media
         self.keep_reads = keep_reads
         self.req_start = req_start
         self.progress = progress
@@ -119,9 +122,6 @@ class Replay:
         pb = page_bytes_of(cfg.device_params)
         if self.progress:
             self.progress.phase("scan", self.reader.num_rows)
-        if cfg.faults.active and self.target_factory is not None:
-            raise KvbedError("--fault/--contract with --target vm: not yet (the real-guest power-loss path is "
-                             "issue 14 part 2); use the embedded model")
         self.header_bytes = CONTRACTS.get(cfg.faults.contract).header_bytes()
         t0 = time.perf_counter()
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
@@ -177,6 +177,8 @@ class Replay:
             from kvreplay.faults.analysis import FaultRun
 
             self.fault_run = FaultRun(cfg.faults, self)
+            if self.keep_media:
+                self.fault_run.probe = {i for i, f in enumerate(self.fault_run.faults) if f.name == "power-loss"}
 
     def columns(self) -> list[str]:
         extra = ["request_id"] if self.req_start is not None else []
@@ -190,11 +192,14 @@ class Replay:
                         req_start=self.req_start, header_bytes=self.header_bytes)
 
     # -------------------------------------------------------------------------------- submission
-    def _submit(self, ops: dict[str, np.ndarray]) -> np.ndarray:
+    def _submit(self, ops: dict[str, np.ndarray], ev: Any) -> np.ndarray:
         """done_ns of every op; raises _Stopped if the target failed part-way (see TargetFailed)."""
         rp = self.cfg.replay
         if not rp.as_fast_as_possible:
             batch = {k: ops[k] for k in ("op", "lba", "npages", "pid", "arrival_ns")}
+            if getattr(self.target, "wants_events", False):  # a target that writes object payloads
+                e = ops["event"]
+                batch.update(src=ops["src"], row=ev.row[e], obj=ev.obj[e], rel=ev.rel[e])
             try:
                 return self.target.submit(batch).done_ns
             except TargetFailed as exc:
@@ -290,7 +295,7 @@ class Replay:
                 kept.append(item.events)
             ops = item.ops
             try:
-                done = self._submit(ops)
+                done = self._submit(ops, item.events)
             except _Stopped as stop:  # keep what completed, then stop: the result is partial
                 ops = {k: v[: stop.completed] for k, v in ops.items()}
                 done = stop.done

@@ -40,6 +40,8 @@ class BatchEvents:
     done: np.ndarray  # int64 completion of the event's last op, filled by the consumer (-1 = none yet)
     first: np.ndarray  # int64 arrival of the event's first op as submitted (max int64 = none yet)
     row: np.ndarray  # int64 the event's row in the trace (a multi-tier run joins loads to requests by it)
+    obj: np.ndarray  # uint64/int64 the event's object id
+    rel: np.ndarray  # int64 trace time from the first event, unscaled (a fault's instant is in it)
 
 
 @dataclass
@@ -143,7 +145,8 @@ class Producer:
                 ev_arr = self._reads_at_request_start(ev_arr, ev_act, batch["request_id"][tidx], last_arr)
             ctx = BatchEvents(act=ev_act, arrival=ev_arr, window=rel // self.window_ns,
                               done=np.full(len(tidx), -1, np.int64),
-                              first=np.full(len(tidx), np.iinfo(np.int64).max, np.int64), row=row0 + tidx)
+                              first=np.full(len(tidx), np.iinfo(np.int64).max, np.int64), row=row0 + tidx,
+                              obj=ev_obj, rel=rel)
             start = 0
             while start < len(tidx):
                 t = clock()

@@ -212,9 +212,6 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         given["fault"] = ";".join(fault_texts)
     if contract is not None:
         given["contract"] = contract
-    if (fault_texts or contract) and (target == "vm" or vm_name is not None):
-        raise KvbedError("--fault/--contract with --target vm: not yet (the real-guest power-loss path is issue 14 "
-                         "part 2); use the embedded model")
     if (fault_texts or contract) and tiers is not None:
         raise KvbedError("--fault/--contract with --tiers: not yet (faults run on a single-tier replay)")
     multi_only = {"--tier-device": tier_devices, "--on-hit": on_hit}
@@ -430,11 +427,20 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     if vm:
         tg, rv = res["target"], parts["runtime"].get("vm") or {}
         t.add_row("VM", f"{tg['vm']} ({tg['device']}, {tg['accel']}{', ephemeral' if tg['ephemeral'] else ''}); "
-                        f"latency from the guest, host bytes from the {job['sources']['host_bytes_written']}, "
-                        f"WAF/GC/erases from the model")
+                        f"latency from the {job['sources']['lat_ns']}, host bytes from the "
+                        f"{job['sources']['host_bytes_written']}, WAF/GC/erases from the model")
         if rv.get("submit_s"):
             t.add_row("through the guest", f"{rv['ops']:,} ops, {rv['commands']:,} device commands in {rv['submit_s']:.1f} s "
                                            f"({rv['mb_per_s'] or 0:,.0f} MB/s, {rv['commands_per_s'] or 0:,.0f} cmds/s)")
+        pl = vm.get("power_loss")
+        if pl:
+            g, cyc = pl["guest"], pl["power_cycle"]
+            verdict = (f"the model agrees on all {pl['agree']}" if pl["ok"] else
+                       f"[red]the model disagrees on {pl['disagree']} (+{pl['writes_not_scanned']} not scanned)[/red]")
+            t.add_row("power loss (guest)", f"QEMU killed at {pl['at_ns'] / 1e6:g} ms of trace time, up again in "
+                                            f"{cyc.get('reboot_s', 0):.1f} s; scan of {pl['writes_scanned']} writes: "
+                                            f"{g['intact']} intact, {g['torn']} torn, {g['missing']} missing, "
+                                            f"{g['corrupt']} corrupt; {verdict}")
         checks = vm["cross_checks"]
         if checks:
             bad = [c["check"] for c in checks if not c["ok"]]

@@ -63,7 +63,8 @@ from testbed.core.errors import KvbedError
 from testbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
 from testbed.vm import backends, checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
-from testbed.vm.target import VmCompletion, VmTarget
+from testbed.vm.powerloss import GuestPowerLoss, payload_columns
+from testbed.vm.target import VmCompletion, VmTarget, merge_histograms
 from testbed.vm.vm import Vm
 
 VM_KINDS = tuple(qemu.VM_DEVICES.names())
@@ -124,8 +125,10 @@ def build_vm_config(trace: str, device: str | None, hints: str, params: list[str
         device = device or "fdp"
         if device not in VM_KINDS:
             raise KvbedError(f"--target vm: no VM device {device!r} (VM devices: {', '.join(VM_KINDS)})")
-        vm_params = with_overrides(qemu.VmParams(backing="null"), vm_pairs).validate()
         cfg = build_config(trace, device, hints, rest, options)
+        # a power loss is checked by reading the namespace back after QEMU restarts: it must keep its data
+        backing = "file" if cfg.faults.active else "null"
+        vm_params = with_overrides(qemu.VmParams(backing=backing), vm_pairs).validate()
         cfg.target = {"kind": "vm", "vm": None, "ephemeral": True, "vm_params": to_dict(vm_params),
                       "link": to_dict(link)}
         return cfg
@@ -161,22 +164,78 @@ def build_vm_config(trace: str, device: str | None, hints: str, params: list[str
 # ----------------------------------------------------------------------------------------------- target
 
 
-class VmReplayTarget:
-    """The engine's target: ops to the guest, the completed ones to the model and the trackers."""
+@dataclass
+class Leg:
+    """One stretch of the op stream on one QEMU process (a power-loss run has two: up to the kill, and after
+    the restart): the device's log pages at its start and end, the trackers that predict them, and what the
+    guest was sent and said."""
 
-    def __init__(self, tg: VmTarget, model: Any, before: dict[str, Any]):
-        self.tg = tg
-        self.model = model
+    name: str
+    info: dict[str, Any]
+    before: dict[str, Any]
+    fdp: Any = None
+    zns: Any = None
+    ops: int = 0
+    write_cmds: int = 0
+    bytes_written: int = 0
+    after: dict[str, Any] | None = None  # filled when the leg ends: log pages, histograms, agent counters
+    hists: dict[str, Any] | None = None
+    counters: dict[str, int] | None = None
+    by_pid: dict[str, int] | None = None
+
+    @classmethod
+    def start(cls, name: str, tg: VmTarget, before: dict[str, Any]) -> "Leg":
         info = tg.info
         # QEMU's FDP counters follow the protocol (predicted exactly); FEMU's count flash (GC, erases)
         tracker = checks.FemuFdpTracker if backends.backend(tg.vm.backend).flash_stats else checks.FdpTracker
-        self.fdp = tracker(before, info) if info.get("fdp") else None
-        self.zns = checks.ZnsTracker(before["zone_report"], info) if info.get("zoned") else None
+        return cls(name, info, before, fdp=tracker(before, info) if info.get("fdp") else None,
+                   zns=checks.ZnsTracker(before["zone_report"], info) if info.get("zoned") else None)
+
+    def end(self, tg: VmTarget) -> None:
+        """What the guest says at the end of the leg (log pages first: their commands are not in the counters)."""
+        self.after = tg.logs()
+        self.hists = tg.histograms()
+        self.counters = tg.counters()
+        self.by_pid = tg.bytes_written_by_pid()
+
+
+class VmReplayTarget:
+    """The engine's target: ops to the guest, the completed ones to the model and the trackers."""
+
+    def __init__(self, tg: VmTarget, model: Any, before: dict[str, Any], *, power: GuestPowerLoss | None = None,
+                 on_kill: Callable[[], tuple[VmTarget, dict[str, Any]]] | None = None):
+        self.tg = tg
+        self.model = model
+        self.power = power  # a power-loss run: the model first, the guest up to the kill point, then after it
+        self.on_kill = on_kill
+        self.wants_events = power is not None  # the engine adds row, object, src, trace time per op
+        self.legs = [Leg.start("replay" if power is None else "before_power_loss", tg, before)]
         self.submit_s = 0.0
-        self.ops = 0
-        self.write_cmds = 0
-        self.bytes_written = 0
         self.failed: BaseException | None = None
+
+    @property
+    def leg(self) -> Leg:
+        return self.legs[-1]
+
+    @property
+    def fdp(self) -> Any:
+        return self.leg.fdp
+
+    @property
+    def zns(self) -> Any:
+        return self.leg.zns
+
+    @property
+    def ops(self) -> int:
+        return sum(leg.ops for leg in self.legs)
+
+    @property
+    def write_cmds(self) -> int:
+        return sum(leg.write_cmds for leg in self.legs)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(leg.bytes_written for leg in self.legs)
 
     @property
     def page_bytes(self) -> int:
@@ -190,7 +249,9 @@ class VmReplayTarget:
     def n_placement_ids(self) -> int:
         return self.model.n_placement_ids
 
-    def submit(self, ops: dict[str, np.ndarray]) -> VmCompletion:
+    def submit(self, ops: dict[str, np.ndarray]) -> Any:
+        if self.power is not None:
+            return self._submit_power(ops)
         t0 = time.perf_counter()
         try:
             c = self.tg.submit(ops)
@@ -204,22 +265,65 @@ class VmReplayTarget:
         self._feed(ops, c)
         return c
 
-    def _feed(self, ops: dict[str, np.ndarray], c: VmCompletion) -> None:
-        """The model and the trackers see exactly the ops the guest completed (a prefix of ``ops``)."""
-        n = len(c)
-        if n == 0:
+    def _submit_power(self, ops: dict[str, np.ndarray]) -> Any:
+        """The model runs every op and its completions are the run's. Up to the kill point the guest gets what
+        the model has on the media (GuestPowerLoss.before_kill); then the plug is pulled (``on_kill``: QEMU
+        killed, restarted, scanned) and the guest gets every op after it, whole, on the restarted VM."""
+        pw = self.power
+        mc = self.model.submit({f: ops[f] for f in ("op", "lba", "npages", "pid", "arrival_ns")})
+        if pw.fired:
+            self._send(with_payload(ops))
+            return mc
+        send, beyond = pw.before_kill(ops, mc.done_ns)
+        self._send(send)
+        if beyond:
+            self.pull_plug()
+            post = ops["rel"] > pw.at_ns
+            self._send(with_payload({k: v[post] for k, v in ops.items()}))
+        return mc
+
+    def pull_plug(self) -> None:
+        """End the leg on the running guest, have the VM killed, restarted and scanned, start the next leg."""
+        self.leg.end(self.tg)
+        self.tg, before = self.on_kill()
+        self.legs.append(Leg.start("after_restart", self.tg, before))
+
+    def _send(self, ops: dict[str, np.ndarray]) -> None:
+        if not len(ops["op"]):
             return
+        t0 = time.perf_counter()
+        try:
+            c = self.tg.submit(ops)
+        except VmError as exc:
+            self.failed = exc
+            exc.partial = VmCompletion.empty()  # the run's clock is the model's: nothing of it is known
+            raise
+        finally:
+            self.submit_s += time.perf_counter() - t0
+        self._count(ops, c)
+
+    def _count(self, ops: dict[str, np.ndarray], c: VmCompletion) -> int:
+        """Trackers and counters see the ops the guest completed (a prefix of ``ops``); returns how many."""
+        n = len(c)
         bad = np.flatnonzero(c.status != 0)
         k = int(bad[0]) if len(bad) else n
-        if self.fdp:
-            self.fdp.feed(ops, c)
-        if self.zns:
-            self.zns.feed(ops, c)
+        leg = self.leg
+        if leg.fdp:
+            leg.fdp.feed(ops, c)
+        if leg.zns:
+            leg.zns.feed(ops, c)
         op = ops["op"][:k]
         w = (op == OP_WRITE) | (op == OP_ZONE_APPEND)
-        self.write_cmds += int(c.ncmds[:k][w].sum())
-        self.bytes_written += int(ops["npages"][:k][w].sum()) * self.page_bytes
-        self.ops += k
+        leg.write_cmds += int(c.ncmds[:k][w].sum())
+        leg.bytes_written += int(ops["npages"][:k][w].sum()) * self.page_bytes
+        leg.ops += k
+        return k
+
+    def _feed(self, ops: dict[str, np.ndarray], c: VmCompletion) -> None:
+        """The model and the trackers see exactly the ops the guest completed (a prefix of ``ops``)."""
+        if len(c) == 0:
+            return
+        k = self._count(ops, c)
         if k:
             head = {f: ops[f][:k] for f in ("op", "lba", "npages", "pid", "arrival_ns")}
             try:
@@ -235,6 +339,13 @@ class VmReplayTarget:
 
     def stats(self) -> dict[str, Any]:
         return {"source": "model", **self.model.stats()}
+
+
+def with_payload(ops: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The op columns the agent takes, with object payloads on the user writes."""
+    out = {k: ops[k] for k in ("op", "lba", "npages", "pid", "arrival_ns")}
+    out.update(payload_columns(ops["op"], ops["src"], ops["row"], ops["obj"], ops["npages"]))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -260,6 +371,7 @@ class VmReplay:
         self.ephemeral = bool(t.get("ephemeral"))
         self.link = from_dict(VmLinkParams, t.get("link") or {}, where="target.link").validate()
         self.vm_params = from_dict(qemu.VmParams, t.get("vm_params") or {}, where="target.vm_params").validate()
+        self.power = self._power_loss() if cfg.faults.active else None
         self.vm: Vm | None = None
         self.tg: VmTarget | None = None
         self.target: VmReplayTarget | None = None
@@ -274,6 +386,44 @@ class VmReplay:
                 diff = [f"{k}={format_size(want[k])} (VM has {format_size(have[k])})" for k in want if have.get(k) != want[k]]
                 if diff:
                     raise KvbedError(f"VM {self.vm.name} no longer has this run's geometry: {', '.join(diff)}")
+
+    def _power_loss(self) -> GuestPowerLoss:
+        """The one fault a guest can take (a power loss), on a VM it may kill: checked before anything starts."""
+        cfg = self.cfg
+        faults = cfg.faults.parsed()
+        kinds = sorted({f.name for f in faults})
+        if len(faults) != 1 or faults[0].name != "power-loss":
+            raise KvbedError(f"--target vm: the guest takes one power-loss fault (got {len(faults)}: "
+                             f"{', '.join(kinds) or 'none'}); the other kinds, and a contract alone, run on the "
+                             f"embedded model (--target embedded)")
+        if not self.ephemeral:
+            raise KvbedError(f"--fault power-loss kills and restarts QEMU: not on VM {self.cfg.target.get('vm')} "
+                             f"(leave --vm out for an ephemeral VM)")
+        if self.vm_params.backing != "file":
+            raise KvbedError("--fault power-loss needs backing=file (the namespace is read back after the restart; "
+                             "null-co keeps nothing)")
+        if cfg.device not in ("conv", "fdp"):
+            raise KvbedError(f"--fault power-loss on --target vm: device {cfg.device} is not a conv or fdp NVMe "
+                             f"namespace (the fault model follows conv/fdp extents; cxl memory is volatile)")
+        return GuestPowerLoss(faults[0], cfg.replay.time_scale)
+
+    def _pull_plug(self) -> tuple[VmTarget, dict[str, Any]]:
+        """SIGKILL QEMU, start it again on the same disks, scan every write issued before the kill; the new
+        link to the guest and its log pages before anything more is sent."""
+        pw, vm = self.power, self.vm
+        pb = self.tg.page_bytes
+        self.tg.close()
+        self.log(f"power loss at {pw.at_ns} ns of trace time: killing QEMU")
+        pw.cycle = vm.power_cycle(log=self.log)
+        self.tg = tg = VmTarget(vm, batch_ops=self.link.batch_ops, inflight=self.link.inflight,
+                                reply_timeout_s=self.link.reply_timeout_s, page_bytes=pb)
+        t0 = time.monotonic()
+        pw.scan = tg.scan(pw.extents())
+        pw.scan["totals"]["scan_s"] = round(time.monotonic() - t0, 3)
+        pw.fired = True
+        self.log(f"scanned {pw.scan['totals']['writes']} writes after the restart")
+        tg.reset_counters()
+        return tg, tg.logs()
 
     # --- engine hooks ---------------------------------------------------------------------------------
     def _fit(self, groups: dict[str, Any]) -> dict[str, Any]:
@@ -317,7 +467,7 @@ class VmReplay:
             self._reset_zones(tg)
         tg.reset_counters()  # the guest's counters and histograms cover the replay only
         self.before = tg.logs()
-        self.target = VmReplayTarget(tg, model, self.before)
+        self.target = VmReplayTarget(tg, model, self.before, power=self.power, on_kill=self._pull_plug)
         backing = "" if tg.info["kind"] == "cxl" else f", backing={self.vm_params.backing}"
         self.log(f"replaying through VM {vm.name} ({vm.device}, {vm.state.accel}{backing})")
         return self.target
@@ -338,10 +488,13 @@ class VmReplay:
     def run(self) -> dict[str, Any]:
         owner = None if self.ephemeral else f"VM {self.vm.name}'s namespace (fixed at `kvbed up`)"
         rep = Replay(self.cfg, progress=self.progress, should_stop=self.should_stop, target_factory=self._open,
-                     fit_params=self._fit if self.ephemeral else None, capacity_owner=owner)
+                     fit_params=self._fit if self.ephemeral else None, capacity_owner=owner,
+                     keep_media=self.power is not None)
         with _terminate_cleanly():
             try:
                 parts = rep.run()
+                if self.power is not None and not self.power.fired and self.target.failed is None:
+                    self.target.pull_plug()  # nothing came after the fault's instant: the plug is pulled at the end
                 self._finish(rep, parts)
                 return parts
             finally:
@@ -365,25 +518,37 @@ class VmReplay:
         pb = tgt.page_bytes
         failed = tgt.failed
         usable = not isinstance(failed, (VmDied, AgentTimeout))  # the agent still answers
-        after: dict[str, Any] = {}
-        hists: dict[str, Any] = {}
         skipped = None
-        if usable:
-            try:
-                after = tg.logs()
-                hists = tg.histograms()
-            except VmError as exc:
-                usable, skipped = False, f"collection failed: {exc}"
-        else:
-            skipped = f"the VM could not be asked after the failure ({failed})"
-        guest = tg.counters()
+        last = tgt.leg
+        if last.after is None:
+            if usable:
+                try:
+                    last.end(tg)
+                except VmError as exc:
+                    usable, skipped = False, f"collection failed: {exc}"
+            else:
+                skipped = f"the VM could not be asked after the failure ({failed})"
+            if not usable:  # what the last reply said
+                last.after, last.hists, last.counters, last.by_pid = {}, {}, tg.counters(), tg.bytes_written_by_pid()
+        legs = tgt.legs
+        after = last.after
+        hists = merge_histograms([leg.hists for leg in legs])
+        guest = _sum([leg.counters for leg in legs])
+        by_pid = _sum([leg.by_pid for leg in legs])
         cross: list[dict[str, Any]] = []
         if usable:
-            cross = self._checks(rep, after, guest, complete=not res["incomplete"])
+            cross = self._checks(rep, complete=not res["incomplete"])
+        power = None
+        if self.power is not None and self.power.scan is not None:
+            power = self.power.compare(rep.fault_run.media.get(0) if rep.fault_run else None)
+            cross.append({"check": "power_loss_scan_vs_model", "ok": power["ok"],
+                          "expected": power["writes_predicted"], "observed": power["agree"],
+                          "note": "writes whose state after the restart (intact, torn, missing, and pages present) "
+                                  "the guest's scan and the fault model's media map agree on"})
         model = tgt.model
         mc = model.counters()
-        fdp_log = _delta(self.before.get("fdp_stats"), after.get("fdp_stats"))
-        smart = _delta(self.before.get("smart"), after.get("smart"))
+        fdp_log = _sum([_delta(leg.before.get("fdp_stats"), leg.after.get("fdp_stats")) for leg in legs])
+        smart = _sum([_delta(leg.before.get("smart"), leg.after.get("smart")) for leg in legs])
         is_fdp = bool(tg.info.get("fdp"))
         host_src = "device log" if is_fdp and fdp_log else "guest"
         if is_fdp and fdp_log:
@@ -403,6 +568,8 @@ class VmReplay:
         if tg.info["kind"] == "cxl":
             sources = {"lat_ns": "guest", "object_lat_ns": "guest", "host_bytes_written": "guest",
                        "media_bytes_written": "model", "waf": "model"}
+        if self.power is not None:  # the model's clock drives the kill point: its completions are the run's
+            sources.update(lat_ns="model", object_lat_ns="model")
         job["sources"] = sources
         res["sources"] = sources
         res["target"] = {
@@ -414,10 +581,10 @@ class VmReplay:
         }
         ruh = None
         if is_fdp and after.get("ruh_status"):
-            by_pid = tgt.fdp.bytes_by_pid
+            sent = last.fdp.bytes_by_pid  # (of the last leg: a restarted QEMU starts its handles afresh)
             ruh = [{"pid": int(b["pid"]), "ruamw_lbas_before": int(b["ruamw_lbas"]),
-                    "ruamw_lbas_after": int(a["ruamw_lbas"]), "bytes_written": int(by_pid[i])}
-                   for i, (b, a) in enumerate(zip(self.before["ruh_status"], after["ruh_status"]))]
+                    "ruamw_lbas_after": int(a["ruamw_lbas"]), "bytes_written": int(sent[i])}
+                   for i, (b, a) in enumerate(zip(last.before["ruh_status"], after["ruh_status"]))]
         zones = None
         if after.get("zone_report"):
             st: dict[str, int] = {}
@@ -430,7 +597,7 @@ class VmReplay:
             "guest": {"source": "guest", "ops": {k[4:]: v for k, v in guest.items() if k.startswith("ops_")},
                       **{k: guest.get(k, 0) for k in ("commands", "bytes_written", "bytes_read", "bytes_trimmed",
                                                       "errors")},
-                      "bytes_written_by_pid": tg.bytes_written_by_pid(),
+                      "bytes_written_by_pid": by_pid,
                       "latency": {op: {k: v for k, v in d.items() if k != "buckets"} for op, d in hists.items()}},
             "device_log": {"source": "device log", "fdp_stats": fdp_log or None, "smart": smart or None,
                            "ruh_status": ruh, "zones": zones},
@@ -445,13 +612,19 @@ class VmReplay:
         }
         if versus is not None:
             res["vm"]["device_vs_model"] = versus
-        if tgt.fdp is not None and getattr(tgt.fdp, "skipped", None):
-            res["vm"]["cross_checks_not_predicted"] = tgt.fdp.skipped
+        if power is not None:
+            res["vm"]["power_loss"] = power
+        if last.fdp is not None and getattr(last.fdp, "skipped", None):
+            res["vm"]["cross_checks_not_predicted"] = last.fdp.skipped
         parts.setdefault("files", {})["vm.json"] = {
             "vm": res["target"], "qemu_pid": vm.pid, "boot_s": vm.state.boot_s, "device_info": tg.info,
-            "logs_before": self.before,
+            "logs_before": legs[0].before,
             "logs_after": after or None, "latency": hists, "counters": guest,
         }
+        if len(legs) > 1:
+            parts["files"]["vm.json"]["legs"] = [
+                {"leg": leg.name, "ops": leg.ops, "bytes_written": leg.bytes_written, "logs_before": leg.before,
+                 "logs_after": leg.after or None, "counters": leg.counters} for leg in legs]
         rt = parts["runtime"]
         sub = tgt.submit_s
         rt["vm"] = {
@@ -463,33 +636,50 @@ class VmReplay:
             "ops_per_s": tgt.ops / sub if sub else None,
         }
 
-    def _checks(self, rep: Replay, after: dict[str, Any], guest: dict[str, int], *, complete: bool) -> list[dict]:
-        tgt, tg = self.target, self.tg
+    def _checks(self, rep: Replay, *, complete: bool) -> list[dict]:
+        """Every leg's checks against its own log pages (named ``LEG.check`` when there are several), then the
+        model's."""
+        tgt = self.target
         out: list[dict[str, Any]] = []
+        for leg in tgt.legs:
+            prefix = f"{leg.name}." if len(tgt.legs) > 1 else ""
+            out += [dict(c, check=prefix + c["check"]) for c in self._leg_checks(leg)]
         pb = tgt.page_bytes
-        out.append({"check": "agent_bytes_written", "ok": guest.get("bytes_written") == tgt.bytes_written,
-                    "expected": tgt.bytes_written, "observed": guest.get("bytes_written"),
-                    "note": "bytes the agent wrote vs the write ops the replay's layout made (completed ones)"})
         host_model = int(tgt.model.counters().get("host_pages_written", 0)) * pb
-        out.append({"check": "model_host_bytes_written", "ok": host_model == tgt.bytes_written,
-                    "expected": tgt.bytes_written, "observed": host_model,
-                    "note": "the model was fed exactly the writes the guest completed"})
-        if tgt.fdp is not None:
-            out += tgt.fdp.checks(after)
-            want = {str(p): int(v) for p, v in enumerate(tgt.fdp.bytes_by_pid) if v}
-            got = {k: int(v) for k, v in tg.bytes_written_by_pid().items() if v}
+        if self.power is None:
+            out.append({"check": "model_host_bytes_written", "ok": host_model == tgt.bytes_written,
+                        "expected": tgt.bytes_written, "observed": host_model,
+                        "note": "the model was fed exactly the writes the guest completed"})
+        else:
+            held = self.power.sent["pages_not_issued"] * pb
+            out.append({"check": "model_host_bytes_written", "ok": host_model == tgt.bytes_written + held,
+                        "expected": tgt.bytes_written + held, "observed": host_model,
+                        "note": "the model was fed every write; the guest all of them but the units the power loss "
+                                f"kept from the media ({held} bytes)"})
+        if complete and rep.layout.zoned and tgt.zns is not None and tgt.leg.after:
+            out.append(_layout_zone_check(rep, self.tg, tgt.leg.after["zone_report"]))
+        return out
+
+    def _leg_checks(self, leg: Leg) -> list[dict]:
+        out: list[dict[str, Any]] = []
+        after, guest = leg.after or {}, leg.counters or {}
+        out.append({"check": "agent_bytes_written", "ok": guest.get("bytes_written") == leg.bytes_written,
+                    "expected": leg.bytes_written, "observed": guest.get("bytes_written"),
+                    "note": "bytes the agent wrote vs the write ops the replay's layout made (completed ones)"})
+        if leg.fdp is not None and after:
+            out += leg.fdp.checks(after)
+            want = {str(p): int(v) for p, v in enumerate(leg.fdp.bytes_by_pid) if v}
+            got = {k: int(v) for k, v in (leg.by_pid or {}).items() if v}
             out.append({"check": "bytes_by_placement_id", "ok": want == got, "expected": want, "observed": got,
                         "note": "bytes the agent wrote with each placement id (DTYPE=2, DSPEC) vs the hints' ids"})
-        if tgt.zns is not None:
-            out += tgt.zns.checks(after["zone_report"])
-            if complete and rep.layout.zoned:
-                out.append(_layout_zone_check(rep, tg, after["zone_report"]))
+        if leg.zns is not None and after:
+            out += leg.zns.checks(after["zone_report"])
         if "smart" in after:
-            s = _delta(self.before["smart"], after["smart"])
-            out.append({"check": "smart_host_write_commands", "ok": s["host_write_commands"] == tgt.write_cmds,
-                        "expected": tgt.write_cmds, "observed": s["host_write_commands"],
+            s = _delta(leg.before["smart"], after["smart"])
+            out.append({"check": "smart_host_write_commands", "ok": s["host_write_commands"] == leg.write_cmds,
+                        "expected": leg.write_cmds, "observed": s["host_write_commands"],
                         "note": "SMART write commands vs the write commands the agent issued (MDTS splits)"})
-            units = tgt.bytes_written / 512_000  # SMART data units: 1000 x 512 bytes, the total rounded up
+            units = leg.bytes_written / 512_000  # SMART data units: 1000 x 512 bytes, the total rounded up
             lo, hi = int(np.floor(units)), int(np.ceil(units))
             out.append({"check": "smart_data_units_written", "ok": lo <= s["data_units_written"] <= hi,
                         "expected": [lo, hi], "observed": s["data_units_written"],
@@ -553,6 +743,16 @@ def _device_vs_model(fdp_log: dict[str, int], mc: dict[str, int], pb: int, flash
             "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
                                                          "media_bytes_erased", "erases")},
             "note": f"ratio = {label} / model; erases in blocks of pages_per_block x page_bytes"}
+
+
+def _sum(parts: list[dict | None]) -> dict[str, int]:
+    """Integer counters of several legs added key by key."""
+    out: dict[str, int] = {}
+    for d in parts:
+        for k, v in (d or {}).items():
+            if isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+    return out
 
 
 def _delta(before: dict | None, after: dict | None) -> dict[str, Any]:

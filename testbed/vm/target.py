@@ -30,7 +30,7 @@ import numpy as np
 
 from devicemodels.base import OP_DTYPES, OP_NAMES, Completion
 from kvreplay.agent.hist import percentiles
-from kvreplay.agent.wire import DONE_COLUMNS, NOT_RUN, OP_COLUMNS
+from kvreplay.agent.wire import DONE_COLUMNS, NOT_RUN, OP_COLUMNS, PAYLOAD_COLUMNS, SCAN_COLUMNS
 from testbed.core.atomicio import write_json
 from testbed.core.errors import KvbedError
 from testbed.vm.client import AgentError, AgentTimeout, VmDied, VmError
@@ -140,6 +140,10 @@ class VmTarget:
         if "tag" in ops:
             cols["tag"] = np.ascontiguousarray(ops["tag"], np.int64)
         op_cols = OP_COLUMNS + ((("tag", "q"),) if "tag" in cols else ())
+        if "wid" in ops:  # object payloads (kvreplay.agent.payload) instead of filler
+            for k, code in PAYLOAD_COLUMNS:
+                cols[k] = np.ascontiguousarray(ops[k], _NP[code])
+            op_cols += PAYLOAD_COLUMNS
         parts: list[VmCompletion] = []
         pending: deque[tuple[int, int, int]] = deque()  # (request id, start, end)
         next_start = 0
@@ -202,7 +206,7 @@ class VmTarget:
         out = {}
         for op, d in h["hists"].items():
             out[op] = {
-                "n": d["n"], "min_ns": d["min_ns"], "max_ns": d["max_ns"],
+                "n": d["n"], "min_ns": d["min_ns"], "max_ns": d["max_ns"], "sum_ns": d["sum_ns"],
                 "mean_ns": d["sum_ns"] // max(1, d["n"]),
                 "percentiles_ns": percentiles(d["buckets"], list(FIO_PERCENTILES)),
                 "buckets": d["buckets"],
@@ -233,6 +237,37 @@ class VmTarget:
         """Bytes the agent wrote with each placement id (as of the last reply)."""
         return {k: int(v) for k, v in ((self._last_counters or {}).get("bytes_written_by_pid") or {}).items()}
 
+    def scan(self, extents: dict[str, np.ndarray], *, chunk_bytes: int = 256 << 20) -> dict[str, Any]:
+        """Read back object payloads (``extents``: SCAN_COLUMNS, one row per extent, a write's rows together)
+        and classify each write in the guest; a request holds whole writes of about ``chunk_bytes`` (at least
+        one), so each answers well within the reply timeout (about 200 MB/s under TCG)."""
+        chunk_pages = max(1, chunk_bytes // self.page_bytes)
+        n = len(extents["wid"])
+        cols = {k: np.ascontiguousarray(extents[k], _NP[c]) for k, c in SCAN_COLUMNS}
+        starts = np.flatnonzero(np.r_[True, cols["wid"][1:] != cols["wid"][:-1]]) if n else np.zeros(0, np.int64)
+        bounds = np.r_[starts, n]  # extent index where each write starts, then the end
+        cum = np.r_[0, np.cumsum(cols["npages"], dtype=np.int64)][bounds]  # pages before each bound
+        parts: dict[str, list[np.ndarray]] = {"wid": [], "status": [], "present": []}
+        totals: dict[str, Any] = {"writes": 0, "pages_read": 0, "bytes_read": 0, "requests": 0}
+        aw = 0
+        while aw < len(starts):
+            bw = max(aw + 1, int(np.searchsorted(cum, cum[aw] + chunk_pages, side="right")) - 1)
+            a, b = int(bounds[aw]), int(bounds[bw])
+            chunk = {k: cols[k][a:b] for k, _ in SCAN_COLUMNS}
+            h, arr = self.client.request("scan", {"page_bytes": self.page_bytes}, chunk, SCAN_COLUMNS,
+                                         timeout_s=self.reply_timeout_s)
+            if not h.get("ok", True):
+                raise AgentError(f"VM {self.vm.name}: scan failed: {h.get('error')}")
+            for k in parts:
+                parts[k].append(arr[k])
+            for k in ("writes", "pages_read", "bytes_read"):
+                totals[k] += int(h.get(k, 0))
+            totals["requests"] += 1
+            totals["crc32c"] = h.get("crc32c")
+            aw = bw
+        out = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items()}
+        return {**out, "totals": totals}
+
     # --- fault injection (tests) ----------------------------------------------------------------------
     def inject(self, fault: str, **kw) -> None:
         """Ask the agent to ``stall`` (stop answering for kw['seconds']) or ``crash`` (panic the guest)."""
@@ -248,6 +283,31 @@ class VmTarget:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def merge_histograms(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Guest latency histograms of several agent lifetimes (a VM restarted mid-run) as one, per op type."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for op, d in (part or {}).items():
+            m = out.setdefault(op, {"n": 0, "min_ns": None, "max_ns": 0, "sum_ns": 0, "counts": {}})
+            if d["n"]:
+                m["min_ns"] = d["min_ns"] if m["min_ns"] is None else min(m["min_ns"], d["min_ns"])
+            m["n"] += d["n"]
+            m["max_ns"] = max(m["max_ns"], d["max_ns"])
+            m["sum_ns"] += d["sum_ns"]
+            for idx, c in d["buckets"]:
+                m["counts"][idx] = m["counts"].get(idx, 0) + c
+    for op, m in out.items():
+        buckets = sorted(m.pop("counts").items())
+        m["min_ns"] = m["min_ns"] or 0
+        m["mean_ns"] = m["sum_ns"] // max(1, m["n"])
+        m["percentiles_ns"] = percentiles(buckets, list(FIO_PERCENTILES))
+        m["buckets"] = buckets
+    return out
+
+
+_NP = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64, "I": np.uint32}
 
 
 def _check_ops(ops: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -233,9 +233,13 @@ class Vm:
         argv = qemu.build_argv(st.device, p, self._paths(img), accel=st.accel, host_port=port, token=st.token,
                                qemu_bin=qemu_bin, backend=st.backend)
         st.argv = argv
+        log(f"starting VM {st.name} ({st.device} on {st.backend}, {st.accel}) on 127.0.0.1:{port}")
+        self._spawn(argv)
+
+    def _spawn(self, argv: list[str]) -> None:
+        st = self.state
         for f in ("console.log", "qemu.log"):
             st.file(f).unlink(missing_ok=True)
-        log(f"starting VM {st.name} ({st.device} on {st.backend}, {st.accel}) on 127.0.0.1:{port}")
         with open(st.file("qemu.log"), "wb") as qlog:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True,
@@ -321,6 +325,30 @@ class Vm:
         if state.is_alive(self.state):
             raise KvbedError(f"VM {self.name}: QEMU pid {self.pid} would not die")
         shutil.rmtree(self.state.path, ignore_errors=True)
+
+    def power_cycle(self, *, boot_timeout_s: float = DEFAULT_BOOT_TIMEOUT_S,
+                    log: Callable[[str], None] | None = None) -> dict[str, float]:
+        """Pull the plug: SIGKILL QEMU (no flush, no shutdown, nothing in flight finishes), then start it again
+        with the same command line on the same disks (overlay and namespace backing file) and wait for the
+        agent. Only a VM this process started (its QEMU is our child)."""
+        log = log or (lambda s: None)
+        if self.proc is None:
+            raise KvbedError(f"VM {self.name}: power_cycle needs a VM this process started")
+        st = self.state
+        t0 = time.monotonic()
+        killed_pid = self.proc.pid
+        self.proc.kill()
+        rc = self.proc.wait(timeout=30)
+        killed_s = time.monotonic() - t0
+        console = st.file("console.log")
+        if console.exists():  # the first boot's console stays readable beside the new one
+            shutil.copyfile(console, st.file("console.before-power-loss.log"))
+        log(f"VM {st.name}: QEMU killed (SIGKILL, exit status {rc}); starting it again on the same disks")
+        t1 = time.monotonic()
+        self._spawn(list(st.argv))
+        self._wait_ready(boot_timeout_s)
+        return {"killed_pid": killed_pid, "qemu_exit_status": rc, "kill_s": round(killed_s, 3),
+                "reboot_s": round(time.monotonic() - t1, 3), "restarted_pid": self.pid}
 
     # --- fault injection for tests ------------------------------------------------------
     def send_signal(self, sig: int) -> None:
