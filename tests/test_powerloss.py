@@ -6,6 +6,7 @@ with the fault model's media map, and guest histograms merged across a restart."
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,24 +32,25 @@ def test_crc32c_is_castagnoli_from_the_kernel_or_python():
     c = P.Crc32c()
     py = P.Crc32c(use_kernel=False)
     assert py.source == "python" and py(data) == P.crc32c_python(data)
+    assert c.source == "python" or c.source.startswith("kernel (crc32c")
     assert c(data) == py(data) and c(b"123456789") == 0xE3069283  # kernel (AF_ALG) where the host has it
     c.close()
 
 
 def test_a_write_reads_back_intact_and_every_damage_is_named():
     crc = P.Crc32c(use_kernel=False)
-    w = P.build_write(obj=7, wid=123, version=0, npages=3, page_bytes=PB, crc=crc)
+    w = P.build_write(obj=7, wid=123, version=0, npages=3, page_bytes=PB)
     assert len(w) == 3 * PB
     assert P.classify(w, 7, 123, 3, PB, crc) == (P.INTACT, 3)
     torn = bytearray(w)
     torn[2 * PB:] = bytes(PB)  # the last unit never reached the media
     assert P.classify(torn, 7, 123, 3, PB, crc) == (P.TORN, 2)
     flipped = bytearray(w)
-    flipped[PB + 100] ^= 0x10  # one bit changed in place: every stamp right, the CRC wrong
+    flipped[PB + 100] ^= 0x10  # one bit of the (zero) filler changed in place: every stamp right, the CRC wrong
     assert P.classify(flipped, 7, 123, 3, PB, crc) == (P.CORRUPT, 3)
     assert P.classify(bytes(3 * PB), 7, 123, 3, PB, crc) == (P.MISSING, 0)
     # the same object written again (another write id) is not this write: a stale copy never passes
-    again = P.build_write(obj=7, wid=200, version=0, npages=3, page_bytes=PB, crc=crc)
+    again = P.build_write(obj=7, wid=200, version=0, npages=3, page_bytes=PB)
     assert P.classify(again, 7, 123, 3, PB, crc) == (P.MISSING, 0)
     mixed = bytearray(w)
     mixed[PB:2 * PB] = again[PB:2 * PB]
@@ -56,6 +58,16 @@ def test_a_write_reads_back_intact_and_every_damage_is_named():
     # the header: length and CRC32C of everything after it
     length, want = P.OBJ_HEADER.unpack_from(w, P.PAGE_STAMP.size)
     assert length == 3 * PB - P.HEADER_BYTES and want == P.crc32c_python(w[P.HEADER_BYTES:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.sampled_from([48, 512, 4096, 4104, 16384, 1 << 20]), st.integers(0, 2**40),
+       st.integers(0, 2**40), st.integers(0, 7))
+def test_the_crc_of_a_write_follows_from_its_stamps(npages, page_bytes, obj, wid, version):
+    """write_crc (zero runs as linear maps) is the CRC32C of the bytes the write puts on the device."""
+    w = P.build_write(obj, wid, version, npages, page_bytes)
+    assert P.write_crc(obj, wid, version, npages, page_bytes) == P.crc32c_python(w[P.HEADER_BYTES:])
+    assert P.classify(w, obj, wid, npages, page_bytes, P.Crc32c(use_kernel=False)) == (P.INTACT, npages)
 
 
 class StoringNvme:
@@ -90,7 +102,7 @@ def test_executor_writes_payloads_across_ops_and_commands_and_scans_them_back():
             "wpage": [0, 2, 0, 0, 0], "wpages": [5, 5, 2, 2, 0]}
     out, ran, err = ex.run(cols)
     assert err is None and ran == 5 and list(out["ncmds"]) == [1, 1, 1, 1, 1]
-    assert dev.data[40 * PB: 41 * PB] == P.build_write(5, 100, 0, 5, PB, P.Crc32c(False))[2 * PB: 3 * PB]
+    assert dev.data[40 * PB: 41 * PB] == P.build_write(5, 100, 0, 5, PB)[2 * PB: 3 * PB]
     scan = {"wid": [100, 100, 101, 102, 103], "obj": [5, 5, 6, 7, 8], "lba": [10, 40, 20, 30, 50],
             "npages": [2, 3, 2, 2, 4], "wpage": [0, 2, 0, 0, 0], "wpages": [5, 5, 2, 2, 4]}
     res, totals = ex.scan(scan)
@@ -98,6 +110,26 @@ def test_executor_writes_payloads_across_ops_and_commands_and_scans_them_back():
     assert [P.STATUS_NAMES[s] for s in res["status"]] == ["torn", "intact", "missing", "missing"]
     assert list(res["present"]) == [3, 2, 0, 0]
     assert totals["writes"] == 4 and totals["pages_read"] == 13 and totals["bytes_read"] == 13 * PB
+
+
+@pytest.mark.parametrize("page_bytes,max_cmd", [(4 * PB, 3), (PB, 2), (8 * PB, 16)])
+def test_pages_that_straddle_commands_are_written_exactly(page_bytes, max_cmd):
+    """Units larger than MDTS or not a multiple of it: a stamp goes into the command where its page starts,
+    nothing of an earlier command's stamps stays behind, and a read between writes does not leak into them."""
+    dev = StoringNvme(nlb=512, max_cmd=max_cmd)
+    ex = NvmeExecutor(dev)
+    ex.set_page_bytes(page_bytes)
+    cols = {"op": [OP_WRITE, OP_READ, OP_WRITE, OP_WRITE], "lba": [0, 0, 5, 3], "npages": [3, 3, 2, 2],
+            "pid": [0] * 4, "wid": [7, -1, 8, 8], "obj": [1, 0, 2, 2], "wpage": [0, 0, 0, 2], "wpages": [3, 0, 4, 4]}
+    out, ran, err = ex.run(cols)
+    assert err is None and ran == 4
+    w7, w8 = P.build_write(1, 7, 0, 3, page_bytes), P.build_write(2, 8, 0, 4, page_bytes)
+    pb = page_bytes
+    assert dev.data[0: 3 * pb] == w7
+    assert dev.data[5 * pb: 7 * pb] == w8[:2 * pb] and dev.data[3 * pb: 5 * pb] == w8[2 * pb:]
+    res, _ = ex.scan({"wid": [7, 8, 8], "obj": [1, 2, 2], "lba": [0, 5, 3], "npages": [3, 2, 2], "wpage": [0, 0, 2],
+                      "wpages": [3, 4, 4]})
+    assert list(res["status"]) == [P.INTACT, P.INTACT]
 
 
 # --- the kill point ------------------------------------------------------------------------------------------

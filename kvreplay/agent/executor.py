@@ -16,11 +16,14 @@ import zlib
 
 from .hist import Histogram
 from .nvme import ZSA_FINISH, ZSA_RESET, NvmeDevice, NvmeError
-from .payload import Crc32c, build_write, classify
+from .payload import HEADER_BYTES, Crc32c, classify, stamp, write_crc
 from .wire import (NOT_RUN, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                    OP_ZONE_RESET, STAMP, FILLER)
 
 _clock = time.perf_counter_ns
+
+
+_ZERO_HEADER = bytes(HEADER_BYTES)
 
 
 def not_run(n: int) -> dict:
@@ -148,7 +151,9 @@ class NvmeExecutor(BaseExecutor):
         self.buf.mem[:] = bytes([0x5A]) * len(self.buf.mem)
         self.set_page_bytes(self.lba_bytes)
         self.crc32c = Crc32c()
-        self._writes: dict[tuple[int, int], bytearray] = {}  # (write id, page_bytes) -> its bytes (a few recent)
+        self._crcs: dict[tuple[int, int], int] = {}  # (write id, page_bytes) -> CRC32C of its payload (recent)
+        self._zeroed = False  # the DMA buffer is zeros but for the stamps at self._stamped
+        self._stamped: list[int] = []
 
     def set_page_bytes(self, page_bytes: int) -> None:
         if page_bytes < self.lba_bytes or page_bytes % self.lba_bytes:
@@ -172,16 +177,38 @@ class NvmeExecutor(BaseExecutor):
             STAMP.pack_into(mem, off, slba + j, tag)
             mem[off + STAMP.size: off + bs] = filler
 
-    def _write_bytes(self, wid: int, obj: int, npages: int) -> bytearray:
+    def _payload_crc(self, wid: int, obj: int, npages: int) -> int:
         key = (wid, self.page_bytes)
-        data = self._writes.get(key)
-        if data is None or len(data) != npages * self.page_bytes:
-            if len(self._writes) >= 4:
-                self._writes.pop(next(iter(self._writes)))
-            data = self._writes[key] = build_write(obj, wid, 0, npages, self.page_bytes, self.crc32c)
-        return data
+        c = self._crcs.get(key)
+        if c is None:
+            if len(self._crcs) >= 64:
+                self._crcs.pop(next(iter(self._crcs)))
+            c = self._crcs[key] = write_crc(obj, wid, 0, npages, self.page_bytes)
+        return c
+
+    def _stamp_pages(self, first_lba: int, nlb: int, page0_lba: int, payload: tuple, crc: int) -> None:
+        """The buffer for one command of a payload write: zeros, and a stamp where each page starts
+        (``page0_lba``: where the op's first page, page ``wpage`` of its write, starts)."""
+        mem, bs, pb = self.buf.mem, self.lba_bytes, self.page_bytes
+        if not self._zeroed:
+            mem[:] = bytes(len(mem))
+            self._zeroed, self._stamped = True, []
+        for off in self._stamped:
+            mem[off: off + HEADER_BYTES] = _ZERO_HEADER
+        self._stamped = []
+        wid, obj, wpage, wpages = payload
+        j = -(-(first_lba - page0_lba) // self.lpp)  # the op's first page that starts in this command
+        start = page0_lba + j * self.lpp
+        while start < first_lba + nlb:
+            off = (start - first_lba) * bs
+            stamp(mem, off, obj, wid, 0, wpage + j, wpages, pb, crc)
+            self._stamped.append(off)
+            j += 1
+            start += self.lpp
 
     def one(self, op, lba, npages, pid, tag, stamp, crc, payload=None):
+        if payload is None or op != OP_WRITE:
+            self._zeroed = False  # reads, filler and the device's other commands use the buffer
         dev, ns = self.dev, self.ns
         addr = self.buf.addr
         lpp, bs = self.lpp, self.lba_bytes
@@ -198,19 +225,17 @@ class NvmeExecutor(BaseExecutor):
                 dspec = pid
             step = ns.max_cmd_lbas
             pos, left = lba * lpp, npages * lpp
-            data, src = None, 0
+            pcrc = None
             if payload is not None and op == OP_WRITE:
                 wid, obj, wpage, wpages = payload
                 if not 0 <= wpage <= wpage + npages <= wpages:
                     raise OpRefused(-errno.EINVAL, f"payload pages [{wpage}, {wpage + npages}) outside the write's {wpages}")
-                data = self._write_bytes(wid, obj, wpages)
-                src = wpage * self.page_bytes
+                pcrc = self._payload_crc(wid, obj, wpages)
             while left:
                 k = min(step, left)
                 if op == OP_WRITE:
-                    if data is not None:
-                        self.buf.mem[: k * bs] = data[src: src + k * bs]
-                        src += k * bs
+                    if pcrc is not None:
+                        self._stamp_pages(pos, k, lba * lpp, payload, pcrc)
                     elif stamp:
                         self._stamp(pos, k, tag)
                     t0 = _clock()
@@ -294,6 +319,7 @@ class NvmeExecutor(BaseExecutor):
     def scan(self, cols: dict) -> tuple[dict, dict]:
         """Read back writes and classify each (payload.classify). ``cols``: one row per extent (wid, obj, lba,
         npages, wpage, wpages), a write's extents consecutive; returns per write (wid, status, present)."""
+        self._zeroed = False
         wids, objs, lbas, nps = cols["wid"], cols["obj"], cols["lba"], cols["npages"]
         wpage, wpages = cols["wpage"], cols["wpages"]
         pb, lpp, bs = self.page_bytes, self.lpp, self.lba_bytes
@@ -328,6 +354,7 @@ class NvmeExecutor(BaseExecutor):
                  "crc32c": self.crc32c.source})
 
     def log(self, name: str):
+        self._zeroed = False
         dev = self.dev
         if name == "smart":
             return dev.smart()

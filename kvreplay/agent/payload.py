@@ -1,14 +1,17 @@
 """Self-describing object payloads, so a scan after a crash can tell an intact object from a torn or missing one.
 
-Every page of a write carries a stamp: magic, its index in the write, the object id, the write id (the
+Every page of a write starts with a stamp: magic, its index in the write, the object id, the write id (the
 trace row of the write event: unique per write, so a stale copy of the same object never passes for this
-one) and the scope version. Page 0 of a write also carries the object header the recovery contract
-checks: the payload length and its CRC32C (over every byte of the write after the header). The rest of
-each page is a pattern of (write id, page), so a page that landed elsewhere never matches.
+one) and the scope version. Page 0 of a write also carries the object header the recovery contract checks:
+the payload length and its CRC32C (over every byte of the write after the header). The rest of a page is
+zeros, so the agent writes a payload by stamping its pages into a zeroed buffer (48 bytes a page, no
+copies) and the CRC follows from the stamps alone: CRC32C is linear, and running it over n zero bytes is a
+fixed linear map, applied through four 256-entry tables (:func:`write_crc`).
 
-CRC32C comes from the kernel's crypto API (AF_ALG ``crc32c``; the guest init loads ``algif_hash``) and
-falls back to a table-driven loop in Python where the kernel does not offer it (about 100x slower).
-Standard library only: the guest agent and the host's tests share this module.
+Reading back checks every byte: the CRC of what was read comes from the kernel's crypto API (AF_ALG
+``crc32c``; the guest init loads ``algif_hash`` and ``crc32c_intel``) or, where the kernel does not offer it,
+from a table-driven loop in Python (about 100x slower). Standard library only: the guest agent and the
+host's tests share this module.
 """
 
 from __future__ import annotations
@@ -26,9 +29,6 @@ HEADER_BYTES = PAGE_STAMP.size + OBJ_HEADER.size  # 48
 #: scan statuses, in the order the host's prediction uses
 INTACT, TORN, MISSING, CORRUPT = range(4)
 STATUS_NAMES = ("intact", "torn", "missing", "corrupt")
-
-_MASK64 = (1 << 64) - 1
-
 
 def _table() -> list[int]:
     poly = 0x82F63B78  # Castagnoli, reflected
@@ -52,6 +52,21 @@ def crc32c_python(data, crc: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+def _kernel_driver(path: str = "/proc/crypto") -> str:
+    """The kernel's crc32c implementation AF_ALG gets: the highest-priority one (crc32c-intel if loaded)."""
+    best, prio = "?", -1
+    try:
+        with open(path) as f:
+            blocks = f.read().split("\n\n")
+    except OSError:
+        return best
+    for b in blocks:
+        kv = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in b.splitlines()))
+        if kv.get("name") == "crc32c" and kv.get("type") == "shash" and int(kv.get("priority", 0)) > prio:
+            best, prio = kv.get("driver", "?"), int(kv.get("priority", 0))
+    return best
+
+
 class Crc32c:
     """CRC32C of a buffer: the kernel's (AF_ALG) when it has one, else :func:`crc32c_python`."""
 
@@ -64,7 +79,7 @@ class Crc32c:
                 alg.bind(("hash", "crc32c"))
                 self._op, _ = alg.accept()
                 alg.close()
-                self.source = "kernel"
+                self.source = f"kernel ({_kernel_driver()})"
             except OSError:
                 self._op = None
 
@@ -85,26 +100,91 @@ class Crc32c:
             self._op = None
 
 
-def _pattern(wid: int, page: int) -> bytes:
-    """8 bytes that fill a page of write ``wid`` (splitmix64 of both: pages of other writes differ)."""
-    z = (wid * 0x9E3779B97F4A7C15 + page * 0xBF58476D1CE4E5B9 + 0x632BE59BD9B4E019) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return struct.pack("<Q", z ^ (z >> 31))
+class _ZeroRun:
+    """The CRC32C register after ``n`` zero bytes as a linear map (zlib's crc32_combine construction), applied
+    byte-sliced: four tables of 256 entries."""
+
+    def __init__(self, n: int):
+        odd = [0x82F63B78] + [1 << i for i in range(31)]  # one zero bit
+        even = _square(odd)  # two
+        odd = _square(even)  # four
+        op = None
+        bits = 8 * n
+        cur = odd  # four zero bits; square up through eight, sixteen, ...
+        bits >>= 2
+        while bits:
+            if bits & 1:
+                op = cur if op is None else [_times(cur, v) for v in op]
+            bits >>= 1
+            if bits:
+                cur = _square(cur)
+        ident = [1 << i for i in range(32)]
+        m = op or ident
+        self.t = [[_times(m, b << (8 * k)) for b in range(256)] for k in range(4)]
+
+    def __call__(self, crc: int) -> int:
+        r = crc ^ 0xFFFFFFFF
+        t = self.t
+        r = t[0][r & 0xFF] ^ t[1][(r >> 8) & 0xFF] ^ t[2][(r >> 16) & 0xFF] ^ t[3][r >> 24]
+        return r ^ 0xFFFFFFFF
 
 
-def build_write(obj: int, wid: int, version: int, npages: int, page_bytes: int, crc: Crc32c) -> bytearray:
-    """The bytes of a whole write: ``npages`` stamped pages, the object header on page 0."""
-    if page_bytes < HEADER_BYTES or page_bytes % 8:
-        raise ValueError(f"page_bytes must be a multiple of 8 >= {HEADER_BYTES}, got {page_bytes}")
+def _times(mat: list[int], vec: int) -> int:
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _square(mat: list[int]) -> list[int]:
+    return [_times(mat, v) for v in mat]
+
+
+_ZERO_RUNS: dict[int, _ZeroRun] = {}
+
+
+def zero_run(n: int) -> _ZeroRun:
+    z = _ZERO_RUNS.get(n)
+    if z is None:
+        z = _ZERO_RUNS[n] = _ZeroRun(n)
+    return z
+
+
+def check_page_bytes(page_bytes: int) -> None:
+    if page_bytes < HEADER_BYTES:
+        raise ValueError(f"page_bytes must be >= {HEADER_BYTES}, got {page_bytes}")
+
+
+def write_crc(obj: int, wid: int, version: int, npages: int, page_bytes: int) -> int:
+    """CRC32C of a write's payload (every byte after page 0's header) without materialising it."""
+    check_page_bytes(page_bytes)
+    first, rest = zero_run(page_bytes - HEADER_BYTES), zero_run(page_bytes - PAGE_STAMP.size)
+    crc = first(0)
+    for j in range(1, npages):
+        crc = crc32c_python(PAGE_STAMP.pack(PAGE_MAGIC, j, obj, wid, version), crc)
+        crc = rest(crc)
+    return crc
+
+
+def stamp(buf, off: int, obj: int, wid: int, version: int, j: int, npages: int, page_bytes: int, crc: int) -> None:
+    """Page ``j``'s first 48 bytes at ``off`` of ``buf`` (the rest of the page must be zeros): its stamp, and on
+    page 0 the object header (zeros on the others)."""
+    PAGE_STAMP.pack_into(buf, off, PAGE_MAGIC, j, obj, wid, version)
+    if j == 0:
+        OBJ_HEADER.pack_into(buf, off + PAGE_STAMP.size, npages * page_bytes - HEADER_BYTES, crc)
+    else:
+        OBJ_HEADER.pack_into(buf, off + PAGE_STAMP.size, 0, 0)
+
+
+def build_write(obj: int, wid: int, version: int, npages: int, page_bytes: int) -> bytearray:
+    """The bytes of a whole write, as the agent puts them on the device (for tests and references)."""
     buf = bytearray(npages * page_bytes)
-    reps = page_bytes // 8
+    crc = write_crc(obj, wid, version, npages, page_bytes)
     for j in range(npages):
-        off = j * page_bytes
-        buf[off:off + page_bytes] = _pattern(wid, j) * reps
-        PAGE_STAMP.pack_into(buf, off, PAGE_MAGIC, j, obj, wid, version)
-    length = len(buf) - HEADER_BYTES
-    OBJ_HEADER.pack_into(buf, PAGE_STAMP.size, length, crc(memoryview(buf)[HEADER_BYTES:]))
+        stamp(buf, j * page_bytes, obj, wid, version, j, npages, page_bytes, crc)
     return buf
 
 

@@ -63,7 +63,7 @@ from testbed.core.errors import KvbedError
 from testbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
 from testbed.vm import backends, checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
-from testbed.vm.powerloss import GuestPowerLoss, payload_columns
+from testbed.vm.powerloss import GuestPowerLoss
 from testbed.vm.target import VmCompletion, VmTarget, merge_histograms
 from testbed.vm.vm import Vm
 
@@ -171,13 +171,13 @@ class Leg:
     guest was sent and said."""
 
     name: str
-    info: dict[str, Any]
     before: dict[str, Any]
     fdp: Any = None
     zns: Any = None
     ops: int = 0
     write_cmds: int = 0
     bytes_written: int = 0
+    submit_s: float = 0.0  # host wall time in VmTarget.submit
     after: dict[str, Any] | None = None  # filled when the leg ends: log pages, histograms, agent counters
     hists: dict[str, Any] | None = None
     counters: dict[str, int] | None = None
@@ -188,7 +188,7 @@ class Leg:
         info = tg.info
         # QEMU's FDP counters follow the protocol (predicted exactly); FEMU's count flash (GC, erases)
         tracker = checks.FemuFdpTracker if backends.backend(tg.vm.backend).flash_stats else checks.FdpTracker
-        return cls(name, info, before, fdp=tracker(before, info) if info.get("fdp") else None,
+        return cls(name, before, fdp=tracker(before, info) if info.get("fdp") else None,
                    zns=checks.ZnsTracker(before["zone_report"], info) if info.get("zoned") else None)
 
     def end(self, tg: VmTarget) -> None:
@@ -271,15 +271,15 @@ class VmReplayTarget:
         killed, restarted, scanned) and the guest gets every op after it, whole, on the restarted VM."""
         pw = self.power
         mc = self.model.submit({f: ops[f] for f in ("op", "lba", "npages", "pid", "arrival_ns")})
-        if pw.fired:
-            self._send(with_payload(ops))
+        if pw.fired:  # (nothing scans what is written after the restart: plain filler, as without a fault)
+            self._send({k: ops[k] for k in ("op", "lba", "npages", "pid", "arrival_ns")})
             return mc
         send, beyond = pw.before_kill(ops, mc.done_ns)
         self._send(send)
         if beyond:
             self.pull_plug()
             post = ops["rel"] > pw.at_ns
-            self._send(with_payload({k: v[post] for k, v in ops.items()}))
+            self._send({k: ops[k][post] for k in ("op", "lba", "npages", "pid", "arrival_ns")})
         return mc
 
     def pull_plug(self) -> None:
@@ -300,6 +300,7 @@ class VmReplayTarget:
             raise
         finally:
             self.submit_s += time.perf_counter() - t0
+            self.leg.submit_s += time.perf_counter() - t0
         self._count(ops, c)
 
     def _count(self, ops: dict[str, np.ndarray], c: VmCompletion) -> int:
@@ -339,13 +340,6 @@ class VmReplayTarget:
 
     def stats(self) -> dict[str, Any]:
         return {"source": "model", **self.model.stats()}
-
-
-def with_payload(ops: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The op columns the agent takes, with object payloads on the user writes."""
-    out = {k: ops[k] for k in ("op", "lba", "npages", "pid", "arrival_ns")}
-    out.update(payload_columns(ops["op"], ops["src"], ops["row"], ops["obj"], ops["npages"]))
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -623,7 +617,8 @@ class VmReplay:
         }
         if len(legs) > 1:
             parts["files"]["vm.json"]["legs"] = [
-                {"leg": leg.name, "ops": leg.ops, "bytes_written": leg.bytes_written, "logs_before": leg.before,
+                {"leg": leg.name, "ops": leg.ops, "bytes_written": leg.bytes_written,
+                 "submit_s": round(leg.submit_s, 3), "logs_before": leg.before,
                  "logs_after": leg.after or None, "counters": leg.counters} for leg in legs]
         rt = parts["runtime"]
         sub = tgt.submit_s

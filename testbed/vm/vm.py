@@ -346,7 +346,12 @@ class Vm:
         log(f"VM {st.name}: QEMU killed (SIGKILL, exit status {rc}); starting it again on the same disks")
         t1 = time.monotonic()
         self._spawn(list(st.argv))
-        self._wait_ready(boot_timeout_s)
+        try:
+            self._wait_ready(boot_timeout_s)
+        except _PortTaken:
+            self._kill()
+            raise VmDied(f"VM {st.name}: port 127.0.0.1:{st.port} was taken while QEMU was down; the VM could "
+                         f"not come back after the power loss") from None
         return {"killed_pid": killed_pid, "qemu_exit_status": rc, "kill_s": round(killed_s, 3),
                 "reboot_s": round(time.monotonic() - t1, 3), "restarted_pid": self.pid}
 
