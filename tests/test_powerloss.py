@@ -132,6 +132,23 @@ def test_pages_that_straddle_commands_are_written_exactly(page_bytes, max_cmd):
     assert list(res["status"]) == [P.INTACT, P.INTACT]
 
 
+def test_the_scan_probes_stamps_before_reading_a_write_whole():
+    """Pages of 8 LBAs: a torn or missing write is known from one LBA a page; only whole writes are read
+    whole (for their CRC)."""
+    dev = StoringNvme(nlb=512, max_cmd=16)
+    ex = NvmeExecutor(dev)
+    ex.set_page_bytes(8 * PB)
+    out, ran, err = ex.run({"op": [OP_WRITE, OP_WRITE], "lba": [0, 10], "npages": [3, 2], "pid": [0, 0],
+                            "wid": [1, 2], "obj": [5, 6], "wpage": [0, 0], "wpages": [3, 3]})
+    assert err is None
+    res, totals = ex.scan({"wid": [1, 2, 3], "obj": [5, 6, 7], "lba": [0, 10, 20], "npages": [3, 3, 4],
+                           "wpage": [0, 0, 0], "wpages": [3, 3, 4]})
+    assert [P.STATUS_NAMES[s] for s in res["status"]] == ["intact", "torn", "missing"]
+    assert list(res["present"]) == [3, 2, 0]
+    assert totals["pages_probed"] == 10 and totals["pages_read"] == 3
+    assert totals["bytes_read"] == 3 * 8 * PB + 10 * PB
+
+
 # --- the kill point ------------------------------------------------------------------------------------------
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 50_000), st.integers(0, 80_000), st.integers(1, 40)), min_size=1,

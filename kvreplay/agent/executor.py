@@ -16,7 +16,7 @@ import zlib
 
 from .hist import Histogram
 from .nvme import ZSA_FINISH, ZSA_RESET, NvmeDevice, NvmeError
-from .payload import HEADER_BYTES, Crc32c, classify, stamp, write_crc
+from .payload import HEADER_BYTES, MISSING, TORN, Crc32c, classify, page_matches, stamp, write_crc
 from .wire import (NOT_RUN, OP_NAMES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                    OP_ZONE_RESET, STAMP, FILLER)
 
@@ -24,6 +24,7 @@ _clock = time.perf_counter_ns
 
 
 _ZERO_HEADER = bytes(HEADER_BYTES)
+PROBE_MIN_LBAS = 8  # pages of at least this many LBAs are probed for their stamps before being read whole
 
 
 def not_run(n: int) -> dict:
@@ -318,24 +319,44 @@ class NvmeExecutor(BaseExecutor):
 
     def scan(self, cols: dict) -> tuple[dict, dict]:
         """Read back writes and classify each (payload.classify). ``cols``: one row per extent (wid, obj, lba,
-        npages, wpage, wpages), a write's extents consecutive; returns per write (wid, status, present)."""
+        npages, wpage, wpages), a write's extents consecutive; returns per write (wid, status, present).
+
+        Pages of several LBAs are probed first (their stamp is in the first LBA): a write with a page missing
+        is torn or missing without reading the rest of it; one with every page there is read whole for its
+        CRC."""
         self._zeroed = False
         wids, objs, lbas, nps = cols["wid"], cols["obj"], cols["lba"], cols["npages"]
         wpage, wpages = cols["wpage"], cols["wpages"]
         pb, lpp, bs = self.page_bytes, self.lpp, self.lba_bytes
         out_wid, out_status, out_present = array.array("q"), array.array("b"), array.array("i")
-        pages_read = 0
+        pages_read = probes = 0
         n = len(wids)
         i = 0
         while i < n:
             wid, obj, total = wids[i], objs[i], wpages[i]
-            data = bytearray(total * pb)
-            while i < n and wids[i] == wid:
-                self._check_range(lbas[i], nps[i])
-                if not 0 <= wpage[i] <= wpage[i] + nps[i] <= total:
-                    raise OpRefused(-errno.EINVAL, f"scan: write {wid}: pages [{wpage[i]}, {wpage[i] + nps[i]}) "
+            j = i
+            while j < n and wids[j] == wid:
+                self._check_range(lbas[j], nps[j])
+                if not 0 <= wpage[j] <= wpage[j] + nps[j] <= total:
+                    raise OpRefused(-errno.EINVAL, f"scan: write {wid}: pages [{wpage[j]}, {wpage[j] + nps[j]}) "
                                                    f"outside its {total}")
-                pos, left, dst = lbas[i] * lpp, nps[i] * lpp, wpage[i] * pb
+                j += 1
+            if lpp >= PROBE_MIN_LBAS:
+                present = 0
+                for e in range(i, j):
+                    for q in range(nps[e]):
+                        self.dev.read((lbas[e] + q) * lpp, 1, self.buf.addr)
+                        present += page_matches(self.buf.view, obj, wid, wpage[e] + q)
+                probes += sum(nps[e] for e in range(i, j))
+                if present < total:
+                    out_wid.append(wid)
+                    out_status.append(TORN if present else MISSING)
+                    out_present.append(present)
+                    i = j
+                    continue
+            data = bytearray(total * pb)
+            for e in range(i, j):
+                pos, left, dst = lbas[e] * lpp, nps[e] * lpp, wpage[e] * pb
                 while left:
                     k = min(self.ns.max_cmd_lbas, left)
                     self.dev.read(pos, k, self.buf.addr)
@@ -343,15 +364,15 @@ class NvmeExecutor(BaseExecutor):
                     pos += k
                     left -= k
                     dst += k * bs
-                pages_read += nps[i]
-                i += 1
+                pages_read += nps[e]
             st, present = classify(data, obj, wid, total, pb, self.crc32c)
             out_wid.append(wid)
             out_status.append(st)
             out_present.append(present)
+            i = j
         return ({"wid": out_wid, "status": out_status, "present": out_present},
-                {"writes": len(out_wid), "pages_read": pages_read, "bytes_read": pages_read * pb,
-                 "crc32c": self.crc32c.source})
+                {"writes": len(out_wid), "pages_read": pages_read, "pages_probed": probes,
+                 "bytes_read": pages_read * pb + probes * bs, "crc32c": self.crc32c.source})
 
     def log(self, name: str):
         self._zeroed = False
