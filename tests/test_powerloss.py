@@ -28,6 +28,7 @@ PB = 4096
 def test_crc32c_is_castagnoli_from_the_kernel_or_python():
     assert P.crc32c_python(b"123456789") == 0xE3069283  # the standard check value of CRC-32C
     assert P.crc32c_python(b"") == 0
+    assert P.crc32c_python(bytes(1 << 20)) == P._ZERO_MIB_CRC  # the probe that picks the kernel's fastest
     data = np.random.default_rng(1).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
     c = P.Crc32c()
     py = P.Crc32c(use_kernel=False)

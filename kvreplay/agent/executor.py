@@ -330,6 +330,7 @@ class NvmeExecutor(BaseExecutor):
         pb, lpp, bs = self.page_bytes, self.lpp, self.lba_bytes
         out_wid, out_status, out_present = array.array("q"), array.array("b"), array.array("i")
         pages_read = probes = 0
+        read_ns = check_ns = 0
         n = len(wids)
         i = 0
         while i < n:
@@ -343,10 +344,12 @@ class NvmeExecutor(BaseExecutor):
                 j += 1
             if lpp >= PROBE_MIN_LBAS:
                 present = 0
+                t0 = _clock()
                 for e in range(i, j):
                     for q in range(nps[e]):
                         self.dev.read((lbas[e] + q) * lpp, 1, self.buf.addr)
                         present += page_matches(self.buf.view, obj, wid, wpage[e] + q)
+                read_ns += _clock() - t0
                 probes += sum(nps[e] for e in range(i, j))
                 if present < total:
                     out_wid.append(wid)
@@ -354,6 +357,7 @@ class NvmeExecutor(BaseExecutor):
                     out_present.append(present)
                     i = j
                     continue
+            t0 = _clock()
             data = bytearray(total * pb)
             for e in range(i, j):
                 pos, left, dst = lbas[e] * lpp, nps[e] * lpp, wpage[e] * pb
@@ -365,14 +369,18 @@ class NvmeExecutor(BaseExecutor):
                     left -= k
                     dst += k * bs
                 pages_read += nps[e]
+            t1 = _clock()
             st, present = classify(data, obj, wid, total, pb, self.crc32c)
+            read_ns += t1 - t0
+            check_ns += _clock() - t1
             out_wid.append(wid)
             out_status.append(st)
             out_present.append(present)
             i = j
         return ({"wid": out_wid, "status": out_status, "present": out_present},
                 {"writes": len(out_wid), "pages_read": pages_read, "pages_probed": probes,
-                 "bytes_read": pages_read * pb + probes * bs, "crc32c": self.crc32c.source})
+                 "bytes_read": pages_read * pb + probes * bs, "crc32c": self.crc32c.source,
+                 "read_ns": read_ns, "check_ns": check_ns})
 
     def log(self, name: str):
         self._zeroed = False

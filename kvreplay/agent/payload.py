@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 PAGE_MAGIC = b"KVpg"
 #: every page: magic, page index in the write, object id, write id, scope version
@@ -42,6 +43,7 @@ def _table() -> list[int]:
 
 
 _T = _table()
+_ZERO_MIB_CRC = 0x14298C12  # CRC32C of 1 MiB of zeros (checked against crc32c_python in the tests)
 
 
 def crc32c_python(data, crc: int = 0) -> int:
@@ -52,36 +54,63 @@ def crc32c_python(data, crc: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _kernel_driver(path: str = "/proc/crypto") -> str:
-    """The kernel's crc32c implementation AF_ALG gets: the highest-priority one (crc32c-intel if loaded)."""
-    best, prio = "?", -1
+def _kernel_drivers(path: str = "/proc/crypto") -> list[str]:
+    """The kernel's crc32c implementations (crc32c-generic, and crc32c-intel once its module is loaded)."""
     try:
         with open(path) as f:
             blocks = f.read().split("\n\n")
     except OSError:
-        return best
+        return []
+    out = []
     for b in blocks:
         kv = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in b.splitlines()))
-        if kv.get("name") == "crc32c" and kv.get("type") == "shash" and int(kv.get("priority", 0)) > prio:
-            best, prio = kv.get("driver", "?"), int(kv.get("priority", 0))
-    return best
+        if kv.get("name") == "crc32c" and kv.get("type") == "shash" and kv.get("driver"):
+            out.append(kv["driver"])
+    return out
+
+
+def _open(driver: str):
+    alg = socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET)
+    try:
+        alg.bind(("hash", driver))
+        op, _ = alg.accept()
+    finally:
+        alg.close()
+    return op
 
 
 class Crc32c:
-    """CRC32C of a buffer: the kernel's (AF_ALG) when it has one, else :func:`crc32c_python`."""
+    """CRC32C of a buffer: the kernel's (AF_ALG) when it has one, else :func:`crc32c_python`.
+
+    Of the kernel's implementations the fastest here is taken, measured on 1 MiB: under TCG the SSE4.2
+    instruction is emulated one call at a time and the table-driven C code wins; under KVM it is the other
+    way round."""
 
     def __init__(self, use_kernel: bool = True):
         self._op = None
         self.source = "python"
-        if use_kernel and hasattr(socket, "AF_ALG"):
+        if not (use_kernel and hasattr(socket, "AF_ALG")):
+            return
+        best = None
+        probe = bytes(1 << 20)
+        for driver in _kernel_drivers() or ["crc32c"]:
             try:
-                alg = socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET)
-                alg.bind(("hash", "crc32c"))
-                self._op, _ = alg.accept()
-                alg.close()
-                self.source = f"kernel ({_kernel_driver()})"
+                op = _open(driver)
             except OSError:
-                self._op = None
+                continue
+            self._op = op
+            t0 = time.perf_counter()
+            ok = self(probe) == _ZERO_MIB_CRC
+            took = time.perf_counter() - t0
+            if ok and (best is None or took < best[0]):
+                if best is not None:
+                    best[1].close()
+                best = (took, op, driver)
+            else:
+                op.close()
+        self._op = best[1] if best else None
+        if best:
+            self.source = f"kernel ({best[2]})"
 
     def __call__(self, data) -> int:
         if self._op is None:

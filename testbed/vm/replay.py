@@ -35,6 +35,13 @@ bytes and erases come from its FDP statistics (``device log (FEMU FDP statistics
 ``vm.device_vs_model`` puts the model's figures for the same completed command stream beside them
 with their ratio; the FDP cross-checks are FEMU's (:class:`~testbed.vm.checks.FemuFdpTracker`).
 
+With ``--fault power-loss@T`` (:mod:`testbed.vm.powerloss`) the ephemeral VM's namespace is file-backed and
+every user write carries an object payload; the model runs every op first and its completions are the run's
+(``lat_ns``: ``model``); the guest gets what the model has on the media at T, QEMU is SIGKILLed, restarted on
+the same disks and scanned, and the replay goes on on the restarted VM. Each QEMU process is a
+:class:`Leg` with its own log pages and trackers; the cross-checks are per leg (``before_power_loss.*``,
+``after_restart.*``) plus ``power_loss_scan_vs_model``.
+
 A failed cross-check is never silent: result.json has ``"cross_checks_ok": false`` and the CLI prints
 one ``kvbed: cross-check FAILED`` line per failed check and exits with status 1 (the run directory is
 complete). A VM that dies, an agent that stops answering or a device that refuses an op stops the run:

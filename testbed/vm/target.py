@@ -248,7 +248,8 @@ class VmTarget:
         bounds = np.r_[starts, n]  # extent index where each write starts, then the end
         cum = np.r_[0, np.cumsum(cols["npages"], dtype=np.int64)][bounds]  # pages before each bound
         parts: dict[str, list[np.ndarray]] = {"wid": [], "status": [], "present": []}
-        totals: dict[str, Any] = {"writes": 0, "pages_read": 0, "pages_probed": 0, "bytes_read": 0, "requests": 0}
+        totals: dict[str, Any] = {"writes": 0, "pages_read": 0, "pages_probed": 0, "bytes_read": 0, "read_ns": 0,
+                                  "check_ns": 0, "requests": 0}
         aw = 0
         while aw < len(starts):
             bw = max(aw + 1, int(np.searchsorted(cum, cum[aw] + chunk_pages, side="right")) - 1)
@@ -260,7 +261,7 @@ class VmTarget:
                 raise AgentError(f"VM {self.vm.name}: scan failed: {h.get('error')}")
             for k in parts:
                 parts[k].append(arr[k])
-            for k in ("writes", "pages_read", "pages_probed", "bytes_read"):
+            for k in ("writes", "pages_read", "pages_probed", "bytes_read", "read_ns", "check_ns"):
                 totals[k] += int(h.get(k, 0))
             totals["requests"] += 1
             totals["crc32c"] = h.get("crc32c")
