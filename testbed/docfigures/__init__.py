@@ -1,0 +1,10 @@
+"""Figures quoted in the README and docs, generated from saved runs: the figure sets (one module each)
+register in :data:`~testbed.docfigures.base.FIGURE_SETS`; :mod:`testbed.docfigures.base` runs, saves and renders
+them (``scripts/doc_figures.py``)."""
+
+from __future__ import annotations
+
+from testbed.docfigures import crossover, demo, mooncake_tiers, sharing  # noqa: F401  (registration)
+from testbed.docfigures.base import FIGURE_SETS, FigureSet
+
+__all__ = ["FIGURE_SETS", "FigureSet"]
