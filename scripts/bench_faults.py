@@ -80,6 +80,7 @@ def main() -> None:
     for c in CONTRACTS:
         configs[f"faults+{c}"] = [f"fault={fset}", f"contract={c}"]
     run(trace, configs["faults+full"])  # warm-up: fills numba's cache
+    load0 = os.getloadavg()[0]
     rows = {}
     for name, params in configs.items():
         got = [run(trace, params) for _ in range(args.runs)]
@@ -98,7 +99,11 @@ def main() -> None:
                      f"wrong {tot['wrong']['objects']:,}")
         print(line, flush=True)
     out = args.cache / "bench_faults.json"
-    out.write_text(json.dumps({"trace": str(trace), "span_ns": span, "faults": fset, "runs": rows}, indent=1))
+    from kvreplay.schema import TraceReader
+
+    out.write_text(json.dumps({"trace": str(trace), "events": TraceReader(trace).num_rows, "span_ns": span,
+                               "faults": fset, "runs_per_config": args.runs,
+                               "loadavg_1min": [load0, os.getloadavg()[0]], "runs": rows}, indent=1))
     print(f"wrote {out}")
 
 

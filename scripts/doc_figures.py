@@ -42,7 +42,7 @@ def main() -> int:
         for name in a.sets or FIGURE_SETS.names():
             with tempfile.TemporaryDirectory(prefix=f"kvbed-fig-{name}-") as tmp:
                 work = (a.work / name) if a.work else Path(tmp)
-                print(f"{name}: running {len(FIGURE_SETS.get(name).commands)} command(s) in {work}", flush=True)
+                print(f"{name}: running {'; '.join(FIGURE_SETS.get(name)().saved_commands())} in {work}", flush=True)
                 print(f"{name}: saved {base.save(name, base.derive(name, work)).relative_to(ROOT)}")
         return 0
     stale = []

@@ -43,7 +43,7 @@ def test_every_set_is_saved_and_quoted_and_every_block_names_a_set():
         assert name in quoted, f"figure set {name} is quoted nowhere"
         saved = base.load_saved(name)
         fs = FIGURE_SETS.get(name)()
-        assert saved["commands"] == [" ".join(["kvbed", *c]) for c in fs.commands], (
+        assert saved["commands"] == fs.saved_commands(), (
             f"{name}: its commands changed since its figures were saved (python scripts/doc_figures.py run {name})")
 
 

@@ -49,11 +49,40 @@ class FigureSet:
     def argv(self, work: Path) -> list[list[str]]:
         return [[a.format(w=work, mc=MOONCAKE) for a in c] for c in self.commands]
 
+    def run(self, work: Path) -> None:
+        """Produce the outputs :meth:`extract` reads: the kvbed commands, in-process, in order."""
+        run_commands(self, work)
+
+    def saved_commands(self) -> list[str]:
+        return [" ".join(["kvbed", *c]) for c in self.commands]
+
     def extract(self, work: Path) -> dict[str, Any]:
         raise NotImplementedError
 
     def blocks(self, fig: dict[str, Any]) -> dict[str, str]:
         raise NotImplementedError
+
+
+class BenchFigureSet(FigureSet):
+    """Figures of a benchmark script (wall-clock speeds among them, so never re-derived by a test): the script
+    runs with ``args`` (``{w}``: the work directory) and writes what :meth:`extract` reads."""
+
+    deterministic = False
+    script: str = ""
+    args: tuple[str, ...] = ()
+
+    def run(self, work: Path) -> None:
+        import os
+        import sys
+
+        if self.needs_mooncake and not MOONCAKE.exists():
+            raise KvbedError(f"figure set {self.name!r} needs the Mooncake trace", where=str(MOONCAKE))
+        work.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, str(ROOT / self.script), *(a.format(w=work) for a in self.args)]
+        subprocess.run(argv, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def saved_commands(self) -> list[str]:
+        return [" ".join(["python", self.script, *self.args])]
 
 
 FIGURE_SETS: Registry[type[FigureSet]] = Registry("figure set")
@@ -89,7 +118,7 @@ def run_commands(fs: FigureSet, work: Path) -> None:
 def derive(name: str, work: Path) -> dict[str, Any]:
     """Run set ``name`` into ``work`` and return its figures (JSON-normalised)."""
     fs = FIGURE_SETS.get(name)()
-    run_commands(fs, work)
+    fs.run(work)
     return json.loads(json.dumps(fs.extract(work)))
 
 
@@ -104,7 +133,7 @@ def _commit() -> str | None:
 def save(name: str, figures: dict[str, Any]) -> Path:
     fs = FIGURE_SETS.get(name)()
     doc = {"set": name, "summary": fs.summary, "kvbed_version": __version__, "commit": _commit(),
-           "commands": [" ".join(["kvbed", *c]) for c in fs.commands], "figures": figures}
+           "commands": fs.saved_commands(), "figures": figures}
     write_json(saved_path(name), doc)
     return saved_path(name)
 
