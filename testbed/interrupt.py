@@ -28,8 +28,8 @@ class Interrupt:
     def enter(self, phase: str) -> None:
         self.current = phase
 
-    def signal(self) -> None:
-        """What the SIGINT handler does (tests call it to interrupt without a signal)."""
+    def mark(self) -> None:
+        """The first Ctrl-C: remember the phase it came in (later ones change nothing)."""
         if self.phase is None:
             self.phase = self.current
 
@@ -45,7 +45,7 @@ def interruptible() -> Iterator[Interrupt]:
         if intr.phase is not None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        intr.signal()
+        intr.mark()
 
     try:
         old = signal.signal(signal.SIGINT, handler)

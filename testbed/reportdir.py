@@ -40,10 +40,13 @@ def _runs_key(runs: list[Path]) -> list[str]:
 
 def check(out: Path, runs: list[Path], force: bool) -> None:
     """Refuse (KvbedError naming the file) a directory holding another report's files, unless ``force``."""
-    if out.exists() and not out.is_dir():
-        raise KvbedError("exists and is not a directory", where=str(out))
-    check_can_make_dir(out, str(out))
-    present = [out / f for f in FILES if (out / f).exists()]
+    try:
+        if out.exists() and not out.is_dir():
+            raise KvbedError("exists and is not a directory", where=str(out))
+        check_can_make_dir(out, str(out))
+        present = [out / f for f in FILES if (out / f).exists()]
+    except OSError as exc:  # e.g. a name longer than the file system takes
+        raise KvbedError(f"cannot write there ({exc.strerror or exc})", where=str(out)) from None
     if not present or force:
         return
     try:

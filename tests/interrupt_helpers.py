@@ -22,8 +22,12 @@ def patched(*a, **k):
     if when == "before" and calls[0] == nth:
         os.kill(os.getpid(), signal.SIGINT)
     out = orig(*a, **k)
-    if when == "after" and calls[0] == nth:
+    if when in ("after", "twice") and calls[0] == nth:
         os.kill(os.getpid(), signal.SIGINT)
+        if when == "twice":  # the user presses Ctrl-C again once the first one was taken
+            for _ in range(10_000):
+                pass
+            os.kill(os.getpid(), signal.SIGINT)
     return out
 
 setattr(mod, attr, patched)
@@ -34,7 +38,8 @@ main(sys.argv[5:])
 
 def kvbed_interrupted(target: str, *args, nth: int = 1, when: str = "after", cwd: Path | None = None,
                       timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``kvbed ARGS``; SIGINT comes on the ``nth`` call of ``target`` ("module:function")."""
+    """Run ``kvbed ARGS``; SIGINT comes on the ``nth`` call of ``target`` ("module:function"), ``before`` or
+    ``after`` it does its work, or ``twice`` after it."""
     mod, attr = target.split(":")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-c", _WRAPPER, mod, attr, str(nth), when, *map(str, args)],

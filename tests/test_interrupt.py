@@ -52,6 +52,15 @@ def test_replay_interrupted_during_the_replay(trace, tmp_path):
     _no_litter(tmp_path)
 
 
+def test_a_second_ctrl_c_aborts_and_leaves_nothing(trace, tmp_path):
+    out = tmp_path / "run"
+    proc = kvbed_interrupted("kvreplay.replay.record:record_segment", "replay", trace, "-o", out, "-q",
+                             when="twice")
+    assert one_interrupted_line(proc) == "kvbed: interrupted"
+    assert not out.exists()
+    _no_litter(tmp_path)
+
+
 def test_replay_interrupted_while_writing_results(trace, tmp_path):
     out = tmp_path / "run"
     proc = kvbed_interrupted("testbed.results:latency_table", "replay", trace, "-o", out, "-q")

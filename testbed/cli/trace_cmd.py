@@ -257,7 +257,10 @@ def import_cmd(fmt: str, src: Path, out: Path, params: tuple[str, ...], as_json:
 def _nothing_written(out: Path) -> Iterator[None]:
     """Ctrl-C while a trace is made: the file is renamed into place only when whole, so nothing is kept
     (a lifecycle trace cut short would hold objects that never die and tier statistics of a prefix)."""
-    existed = out.exists()
+    try:
+        existed = out.exists()
+    except OSError:  # a name the file system refuses: the writer says so
+        existed = False
     try:
         yield
     except KeyboardInterrupt:
