@@ -77,7 +77,7 @@ def test_report_never_replaces_another_report_silently(runs, tmp_path):
 def test_report_shows_the_settings_that_differ(runs, tmp_path):
     trace = Path(json.loads((runs[0] / "config.json").read_text())["trace"]["path"])
     more = {"op20": ["--hints", "oracle", "--param", "op_ratio=20%", "--seed", "3"],
-            "checksum": ["--hints", "oracle", "--contract", "checksum"],
+            "checksum": ["--hints", "oracle", "--contract", "checksum", "--fault", "power-loss@1s"],
             "conv": ["--device", "conv"]}
     for name, extra in more.items():
         ok(kvbed("replay", trace, "--fill-ratio", "1.0", *extra, "-o", tmp_path / name, "-q", "--no-plots"))
@@ -87,22 +87,27 @@ def test_report_shows_the_settings_that_differ(runs, tmp_path):
     logical = [json.loads((d / "config.json").read_text())["device_params"]["flash"]["logical_bytes"]
                for d in (runs[1], tmp_path / "op20", tmp_path / "checksum")]
     assert logical[0] == logical[1] < logical[2]
-    assert diffs == [{"contract": "none", "replay.seed": 0, "logical_bytes": logical[0], "op_ratio": 0.07,
-                      "flash.seed": 0},
-                     {"contract": "none", "replay.seed": 3, "logical_bytes": logical[1], "op_ratio": 0.2,
-                      "flash.seed": 3},
-                     {"contract": "checksum", "replay.seed": 0, "logical_bytes": logical[2], "op_ratio": 0.07,
-                      "flash.seed": 0}]
+    assert diffs == [{"contract": "none", "faults": None, "replay.seed": 0, "logical_bytes": logical[0],
+                      "op_ratio": 0.07, "flash.seed": 0},
+                     {"contract": "none", "faults": None, "replay.seed": 3, "logical_bytes": logical[1],
+                      "op_ratio": 0.2, "flash.seed": 3},
+                     {"contract": "checksum", "faults": "power-loss@1s", "replay.seed": 0,
+                      "logical_bytes": logical[2], "op_ratio": 0.07, "flash.seed": 0}]
     table = ok(kvbed("report", runs[1], tmp_path / "op20", tmp_path / "checksum", "--no-plot")).stdout
     header = next(line for line in table.splitlines() if "contract" in line)
     assert all(c in header for c in ("run", "hints", "op_ratio", "logical_bytes", "replay.seed", "flash.seed"))
-    assert "checksum" in table and "3.0 GiB" in table and "0.2 " in table
+    assert "checksum" in table and "power-loss@1s" in table and "3.0 GiB" in table and "0.2 " in table
     # identical settings give no column; an FDP-only parameter (nruh, ru_bytes) is not compared with a
     # conventional SSD, a parameter both have is (conv's 8-block lines, FDP's lines of a whole RU)
     res = ok(kvbed("report", runs[0], tmp_path / "conv", "--json", "--no-plot"))
     assert [r["differs"] for r in json.loads(res.stdout)] == [{"blocks_per_line": 0}, {"blocks_per_line": 8}]
     res = ok(kvbed("report", *runs, "--json", "--no-plot"))
     assert [r["differs"] for r in json.loads(res.stdout)] == [{"clock": None}, {"clock": "bytes"}]
+    shutil.copy(trace, tmp_path / "other.parquet")  # the same events under another name: the trace differs
+    ok(kvbed("replay", tmp_path / "other.parquet", "--fill-ratio", "1.0", "-o", tmp_path / "other", "-q",
+             "--no-plots"))
+    res = ok(kvbed("report", runs[0], tmp_path / "other", "--json", "--no-plot"))
+    assert [r["differs"] for r in json.loads(res.stdout)] == [{"trace": trace.name}, {"trace": "other.parquet"}]
 
 
 def test_plots_need_only_the_saved_files(runs, tmp_path):
