@@ -409,15 +409,32 @@ def summary_json(result: dict[str, Any]) -> dict[str, Any]:
     return {"kvbed_version": __version__, **{k: v for k, v in result.items() if k != "curves"}}
 
 
-def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
-    """crossover.csv, curves.csv, crossover.json, then crossover.png drawn from the saved files."""
+def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> list[Path]:
+    """crossover.csv, curves.csv, crossover.json, then crossover.png drawn from the saved files.
+
+    ``interrupt`` (testbed.interrupt.Interrupt): after a Ctrl-C each file at hand is finished, the plot is
+    not drawn if it had not begun (an older crossover.png is removed: it would show another sweep), and
+    crossover.json says ``"incomplete": true`` and where it was interrupted."""
     from testbed.core.atomicio import write_json
 
+    stopped = interrupt if interrupt is not None else (lambda: False)
+    if interrupt is not None:
+        interrupt.enter("writing results")
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "crossover.csv", CROSSOVER_COLUMNS, result["crossover"])
     _write_csv(out / "curves.csv", CURVE_COLUMNS, result["curves"])
-    write_json(out / "crossover.json", summary_json(result))
-    return [out / "crossover.csv", out / "curves.csv", out / "crossover.json", plot(out)]
+    doc = {**summary_json(result), "incomplete": False}
+    write_json(out / "crossover.json", doc)
+    paths = [out / "crossover.csv", out / "curves.csv", out / "crossover.json"]
+    if stopped():
+        (out / "crossover.png").unlink(missing_ok=True)
+    else:
+        if interrupt is not None:
+            interrupt.enter("plotting")
+        paths.append(plot(out))
+    if stopped():
+        write_json(out / "crossover.json", {**doc, "incomplete": True, "interrupted": interrupt.phase})
+    return paths
 
 
 def plot(out: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
@@ -133,16 +134,29 @@ def plot_tiers_waf(run: Run, path: Path) -> None:
     _save(fig, path)
 
 
-def make_tier_plots(run: Run) -> list[Path]:
+def make_tier_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
     """A multi-tier run: WAF per tier, each tier's load latency CDF, and the TTFT CDF of each on-hit mode."""
     tiers = [j["tier"] for j in run.result["jobs"]]
     modes = list((run.result.get("requests") or {}).get("modes") or {})
-    out = [run.path / "waf.png", run.path / "latency_cdf.png", run.path / "ttft_cdf.png"]
-    plot_tiers_waf(run, out[0])
-    _cdf_plot(run, [(f"{t}.object_read", f"{t} object load") for t in tiers], out[1], "latency (ms)",
-              "KV object load latency per tier")
-    _cdf_plot(run, [(f"ttft.{m}", f"TTFT, on hit: {m}") for m in modes], out[2], "TTFT (ms)", "TTFT estimate")
-    return out
+    return _draw(should_stop, [
+        (run.path / "waf.png", lambda p: plot_tiers_waf(run, p)),
+        (run.path / "latency_cdf.png", lambda p: _cdf_plot(
+            run, [(f"{t}.object_read", f"{t} object load") for t in tiers], p, "latency (ms)",
+            "KV object load latency per tier")),
+        (run.path / "ttft_cdf.png", lambda p: _cdf_plot(
+            run, [(f"ttft.{m}", f"TTFT, on hit: {m}") for m in modes], p, "TTFT (ms)", "TTFT estimate")),
+    ])
+
+
+def _draw(should_stop: Callable[[], bool], todo: list[tuple[Path, Callable[[Path], None]]]) -> list[Path]:
+    """Draw each plot whole, stopping before the next one once ``should_stop`` says so (Ctrl-C)."""
+    done = []
+    for path, draw in todo:
+        if should_stop():
+            break
+        draw(path)
+        done.append(path)
+    return done
 
 
 OUTCOME_COLOURS = {"reused": "tab:green", "detected": "tab:blue", "missing": "tab:orange", "wrong": "tab:red"}
@@ -197,18 +211,19 @@ def plot_contract_outcomes(runs: list[Run], path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def make_run_plots(run_dir: str | os.PathLike) -> list[Path]:
-    run = load_run(run_dir)
+def make_run_plots(run_dir: str | os.PathLike, label: str | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
+    """The plots of one run directory, titled with ``label`` (default: the directory's name); stops between
+    plots once ``should_stop`` says so and returns the plots drawn."""
+    run = load_run(run_dir, label)
     if "requests" in run.result:
-        return make_tier_plots(run)
-    out = [run.path / "waf.png", run.path / "latency_cdf.png", run.path / "ruh_bytes.png"]
-    plot_waf(run, out[0])
-    plot_latency_cdf(run, out[1])
-    plot_ruh_bytes(run, out[2])
+        return make_tier_plots(run, should_stop)
+    todo = [(run.path / "waf.png", lambda p: plot_waf(run, p)),
+            (run.path / "latency_cdf.png", lambda p: plot_latency_cdf(run, p)),
+            (run.path / "ruh_bytes.png", lambda p: plot_ruh_bytes(run, p))]
     if "faults" in run.result:
-        out.append(run.path / "faults.png")
-        plot_fault_outcomes(run, out[-1])
-    return out
+        todo.append((run.path / "faults.png", lambda p: plot_fault_outcomes(run, p)))
+    return _draw(should_stop, todo)
 
 
 def comparison_plot(runs: list[Run], path: str | os.PathLike) -> Path:

@@ -61,7 +61,28 @@ def compare(runs: list[Run]) -> list[dict[str, Any]]:
             "seed": ((r.config.get("tiers") or {}).get(j.get("tier")) or r.config).get("replay", {}).get("seed"),
             **_ttft(r.result.get("requests")),
         })
+    from testbed.rundiff import differing
+
+    for row, diff in zip(rows, differing(runs)):
+        row["differs"] = diff  # the settings that differ between the compared rows (testbed.rundiff)
     return rows
+
+
+def _setting(name: str, v: Any) -> str:
+    """A setting as the table shows it: sizes and times with units, "-" for a setting a run lacks."""
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)) and name.endswith("_bytes"):
+        return fmt_bytes(v)
+    if isinstance(v, (int, float)) and name.endswith("_ns"):
+        return fmt_ns(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
 
 
 def _ttft(req: dict[str, Any] | None) -> dict[str, Any]:
@@ -108,4 +129,22 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
         t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
     for r in rows:
         t.add_row(*(f(r) for _, f in cols))
+    return t
+
+
+def render_differences(rows: list[dict[str, Any]]) -> Table | None:
+    """What differs between the compared runs (``differs``, testbed.rundiff): one column per setting, one row
+    per row of the comparison; None when they differ in device and hints only (the comparison's columns)."""
+    from pathlib import Path
+
+    names = list(rows[0]["differs"]) if rows else []
+    if not names:
+        return None
+    tiers = any(r.get("tier") and "ttft_p50_ns" in r for r in rows)
+    t = Table(title="what differs between these runs (from their config.json)", header_style="bold")
+    for name in ["run", *(["tier"] if tiers else []), "device", "hints", *names]:
+        t.add_column(name, no_wrap=True)
+    for r in rows:
+        t.add_row(Path(r["run"]).name, *([r["tier"] or "-"] if tiers else []), str(r["device"]), str(r["hints"]),
+                  *(_setting(n, r["differs"][n]) for n in names))
     return t

@@ -20,9 +20,12 @@ vm.json             ``--target vm`` only: the VM, the device's log pages
 *.png               plots made from the files above (testbed.plots)
 =================== ==========================================================
 
-The directory is assembled under a temporary name and renamed into place, so a
-failed or killed run never leaves a half-written one; an existing run
-directory at the target is replaced as a whole.
+The directory is assembled under a temporary name, plots included, and renamed
+into place, so a failed or killed run never leaves a half-written one; an
+existing run directory at the target is replaced as a whole. A run the user
+interrupted (Ctrl-C) is still written whole, with ``"incomplete": true`` and
+``"interrupted": PHASE`` (``replay``, ``writing results`` or ``plotting``) in
+result.json and runtime.json; its figures cover what was replayed.
 """
 
 from __future__ import annotations
@@ -30,18 +33,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
-from testbed.core.atomicio import check_can_make_dir, json_default
+from testbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
 from testbed.core.errors import KvbedError
+from testbed.interrupt import Interrupt
 
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
 
@@ -117,12 +120,27 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
     return out
 
 
-def write_run(out_dir: str | os.PathLike, parts: dict[str, Any]) -> Path:
-    """Write config/result/timeseries/latency/runtime into ``out_dir`` atomically (directory swap)."""
+def mark_interrupted(parts: dict[str, Any], phase: str) -> None:
+    """A run the user stopped: incomplete, and where it stopped (whatever its figures cover)."""
+    for key in ("result", "runtime"):
+        parts.setdefault(key, {}).update(incomplete=True, interrupted=phase)
+
+
+def write_run(out_dir: str | os.PathLike, parts: dict[str, Any], *,
+              plots: Callable[[Path, str, Callable[[], bool]], Any] | None = None,
+              interrupt: Interrupt | None = None) -> Path:
+    """Write config/result/timeseries/latency/runtime into ``out_dir`` atomically (directory swap).
+
+    ``plots(tmp_dir, label, should_stop)`` draws into the directory before it is renamed into place. With
+    ``interrupt``, a Ctrl-C at any point before the rename (also one that came during the replay) marks
+    the run incomplete (:func:`mark_interrupted`); plotting stops at the next plot."""
     out = check_out_dir(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_dir_for(out)
     try:
+        if interrupt is not None and interrupt():
+            mark_interrupted(parts, interrupt.phase or "")
+        if interrupt is not None:
+            interrupt.enter("writing results")
         (tmp / "config.json").write_text(_dumps(_clean(parts["config"])))
         (tmp / "result.json").write_text(_dumps(_clean(parts["result"])))
         pq.write_table(timeseries_table(parts["timeseries"]), tmp / "timeseries.parquet", compression="zstd")
@@ -132,6 +150,14 @@ def write_run(out_dir: str | os.PathLike, parts: dict[str, Any]) -> Path:
             if Path(name).name != name or not name.endswith(".json") or name in RUN_FILES + ("runtime.json",):
                 raise ValueError(f"extra run file {name!r}: a plain *.json name other than the standard files")
             (tmp / name).write_text(_dumps(_clean(obj)))
+        if plots is not None and not (interrupt is not None and interrupt()):
+            if interrupt is not None:
+                interrupt.enter("plotting")
+            plots(tmp, out.resolve().name, interrupt or (lambda: False))
+        if interrupt is not None and interrupt() and not parts["result"].get("interrupted"):
+            mark_interrupted(parts, interrupt.phase or "")  # came while writing or plotting
+            (tmp / "result.json").write_text(_dumps(_clean(parts["result"])))
+            (tmp / "runtime.json").write_text(_dumps(_clean(parts.get("runtime", {}))))
         if out.exists():
             old = out.with_name(f".{out.name}.old.{os.getpid()}")
             os.replace(out, old)
@@ -152,6 +178,7 @@ class Run:
     result: dict[str, Any]
     timeseries: pa.Table
     latency: pa.Table
+    name: str | None = None  # the run's name when it is read from elsewhere (its directory being assembled)
 
     @property
     def job(self) -> dict[str, Any]:
@@ -160,7 +187,7 @@ class Run:
     @property
     def label(self) -> str:
         """The run directory's name (what the user chose with -o), which tells runs apart."""
-        return self.path.resolve().name
+        return self.name or self.path.resolve().name
 
     def histogram(self, series: str) -> tuple[np.ndarray, np.ndarray]:
         """(upper bound ns, count) of the non-empty buckets of one latency series, ascending."""
@@ -174,7 +201,7 @@ class Run:
         return hi[order], cnt[order]
 
 
-def load_run(path: str | os.PathLike) -> Run:
+def load_run(path: str | os.PathLike, name: str | None = None) -> Run:
     p = Path(path)
     if not p.is_dir():
         raise KvbedError("not a run directory (no such directory)", where=str(p))
@@ -196,4 +223,4 @@ def load_run(path: str | os.PathLike) -> Run:
         lat = pq.read_table(p / "latency.parquet")
     except (pa.ArrowInvalid, OSError) as exc:
         raise KvbedError(f"unreadable Parquet ({str(exc).splitlines()[0]})", where=str(p)) from None
-    return Run(p, config, result, ts, lat)
+    return Run(p, config, result, ts, lat, name)

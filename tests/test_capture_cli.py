@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import zmq
 
 from capture_publisher import FakeEngine, batch, removed, stored
@@ -80,7 +81,10 @@ def test_publisher_that_disappears_keeps_the_capture(tmp_path):
     assert validate_trace(out).ok and TraceReader(out).num_rows == s["events"]
 
 
-def test_sigterm_stops_cleanly_and_the_trace_replays(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_stops_cleanly_and_the_trace_replays(tmp_path, sig):
+    """SIGTERM, and Ctrl-C too: a capture has no end of its own, so a signal is its normal stop (exit 0, the
+    trace complete), unlike the commands Ctrl-C cuts short (exit 130)."""
     pub, _ = endpoints()
     out, raw = tmp_path / "t.parquet", tmp_path / "t.kvraw"
     proc = start("--zmq", pub, "--raw", raw, "--param", "flush_s=0.2", "-o", out, "--json")
@@ -90,7 +94,7 @@ def test_sigterm_stops_cleanly_and_the_trace_replays(tmp_path):
         n = feed_until(eng, proc, out, 40)
         eng.send(batch(500.0, [removed([10_000], medium="CPU")]))
         time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         eng.close()

@@ -104,7 +104,7 @@ def test_outcome_plots_from_saved_results(power, tmp_path):
         assert "after media-error@360ms,objects=1/3" in res.output
         assert (out / "faults.png").stat().st_size > 0
         runs.append(out)
-    ok(kvbed("report", *runs, "--plot", tmp_path / "cmp.png"))
-    assert (tmp_path / "cmp-outcomes.png").stat().st_size > 0
+    ok(kvbed("report", *runs, "-o", tmp_path / "cmp"))
+    assert (tmp_path / "cmp" / "outcomes.png").stat().st_size > 0
     res = json.loads((runs[0] / "result.json").read_text())["faults"]["injected"][0]
     assert res["outcomes"]["wrong"]["objects"] == 2 and res["state"]["objects_corrupted"] == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import kvbed
+from cli_helpers import kvbed, ok, one_line_error
 from replay_fixtures import two_lifetimes
 from testbed.plots import make_run_plots
 from testbed.results import load_run
@@ -46,10 +46,68 @@ def test_report_table_json_and_plot(runs):
     assert rows[0]["waf_change_vs_first"] == 0.0
     assert rows[1]["waf_change_vs_first"] == pytest.approx(rows[1]["end_to_end_waf"] / rows[0]["end_to_end_waf"] - 1)
     assert rows[1]["end_to_end_waf"] < rows[0]["end_to_end_waf"]  # oracle vs none on this trace
-    assert (runs[0].parent / "report.png").read_bytes()[:8] == PNG  # default: beside the first run
-    res = kvbed("report", *runs, "--plot", runs[0].parent / "cmp.png")
+    default = runs[0].parent / "report-none-oracle"  # default: named after its runs, beside the first
+    assert (default / "report.png").read_bytes()[:8] == PNG
+    doc = json.loads((default / "report.json").read_text())
+    assert doc["runs"] == [str(r.resolve()) for r in runs] and doc["rows"] == rows and doc["plots"] == ["report.png"]
+    res = kvbed("report", *runs, "-o", runs[0].parent / "cmp")
     assert res.exit_code == 0 and "oracle" in res.stdout and "none" in res.stdout and "WAF" in res.stdout
-    assert (runs[0].parent / "cmp.png").read_bytes()[:8] == PNG
+    assert (runs[0].parent / "cmp" / "report.png").read_bytes()[:8] == PNG
+
+
+def test_report_never_replaces_another_report_silently(runs, tmp_path):
+    """The old code wrote report.png beside the first run whatever the runs, replacing an earlier report."""
+    d = tmp_path / "rep"
+    ok(kvbed("report", *runs, "-o", d))
+    before = {f: (d / f).read_bytes() for f in ("report.png", "report.json")}
+    one_line_error(kvbed("report", runs[1], runs[0], "-o", d), f"{d / 'report.png'}", "holds another report",
+                   "--force")
+    assert {f: (d / f).read_bytes() for f in before} == before
+    one_line_error(kvbed("report", runs[0], "-o", d), "holds another report")
+    ok(kvbed("report", *runs, "-o", d))  # the same report made again replaces its own files
+    ok(kvbed("report", runs[1], runs[0], "-o", d, "--force"))
+    assert json.loads((d / "report.json").read_text())["runs"] == [str(runs[1].resolve()), str(runs[0].resolve())]
+    (tmp_path / "old").mkdir()  # a report of an older kvbed: a plot and no report.json
+    (tmp_path / "old" / "report.png").write_bytes(PNG)
+    one_line_error(kvbed("report", *runs, "-o", tmp_path / "old"), "old/report.png", "holds another report")
+    ok(kvbed("report", *runs, "-o", tmp_path / "file2", "--no-plot"))
+    assert not (tmp_path / "file2").exists()  # --no-plot writes nothing
+
+
+def test_report_shows_the_settings_that_differ(runs, tmp_path):
+    trace = Path(json.loads((runs[0] / "config.json").read_text())["trace"]["path"])
+    more = {"op20": ["--hints", "oracle", "--param", "op_ratio=20%", "--seed", "3"],
+            "checksum": ["--hints", "oracle", "--contract", "checksum", "--fault", "power-loss@1s"],
+            "conv": ["--device", "conv"]}
+    for name, extra in more.items():
+        ok(kvbed("replay", trace, "--fill-ratio", "1.0", *extra, "-o", tmp_path / name, "-q", "--no-plots"))
+    res = ok(kvbed("report", runs[1], tmp_path / "op20", tmp_path / "checksum", "--json", "--no-plot"))
+    diffs = [r["differs"] for r in json.loads(res.stdout)]
+    # the checksum contract's headers make the objects larger: the device sized from the trace is larger too
+    logical = [json.loads((d / "config.json").read_text())["device_params"]["flash"]["logical_bytes"]
+               for d in (runs[1], tmp_path / "op20", tmp_path / "checksum")]
+    assert logical[0] == logical[1] < logical[2]
+    assert diffs == [{"contract": "none", "faults": None, "replay.seed": 0, "logical_bytes": logical[0],
+                      "op_ratio": 0.07, "flash.seed": 0},
+                     {"contract": "none", "faults": None, "replay.seed": 3, "logical_bytes": logical[1],
+                      "op_ratio": 0.2, "flash.seed": 3},
+                     {"contract": "checksum", "faults": "power-loss@1s", "replay.seed": 0,
+                      "logical_bytes": logical[2], "op_ratio": 0.07, "flash.seed": 0}]
+    table = ok(kvbed("report", runs[1], tmp_path / "op20", tmp_path / "checksum", "--no-plot")).stdout
+    header = next(line for line in table.splitlines() if "contract" in line)
+    assert all(c in header for c in ("run", "hints", "op_ratio", "logical_bytes", "replay.seed", "flash.seed"))
+    assert "checksum" in table and "power-loss@1s" in table and "3.0 GiB" in table and "0.2 " in table
+    # identical settings give no column; an FDP-only parameter (nruh, ru_bytes) is not compared with a
+    # conventional SSD, a parameter both have is (conv's 8-block lines, FDP's lines of a whole RU)
+    res = ok(kvbed("report", runs[0], tmp_path / "conv", "--json", "--no-plot"))
+    assert [r["differs"] for r in json.loads(res.stdout)] == [{"blocks_per_line": 0}, {"blocks_per_line": 8}]
+    res = ok(kvbed("report", *runs, "--json", "--no-plot"))
+    assert [r["differs"] for r in json.loads(res.stdout)] == [{"clock": None}, {"clock": "bytes"}]
+    shutil.copy(trace, tmp_path / "other.parquet")  # the same events under another name: the trace differs
+    ok(kvbed("replay", tmp_path / "other.parquet", "--fill-ratio", "1.0", "-o", tmp_path / "other", "-q",
+             "--no-plots"))
+    res = ok(kvbed("report", runs[0], tmp_path / "other", "--json", "--no-plot"))
+    assert [r["differs"] for r in json.loads(res.stdout)] == [{"trace": trace.name}, {"trace": "other.parquet"}]
 
 
 def test_plots_need_only_the_saved_files(runs, tmp_path):
@@ -99,3 +157,19 @@ def test_replay_will_not_overwrite_a_foreign_directory(runs, tmp_path):
     res = kvbed("replay", trace, "-o", tmp_path / "old_run", "-q", "--no-plots")  # a kvbed run is replaced whole
     assert res.exit_code == 0, res.stderr
     assert not (tmp_path / "old_run" / "waf.png").exists()
+
+
+def test_report_of_multitier_runs_compares_tier_by_tier(tmp_path):
+    """Per-tier hints and parameters: a cpu row is compared with the cpu rows, an ssd row with the ssd rows."""
+    trace = tmp_path / "s.parquet"
+    ok(kvbed("trace", "synth", "-o", trace, "--duration-s", "60"))
+    ok(kvbed("replay", trace, "--tiers", "cpu,ssd", "-o", tmp_path / "plain", "-q", "--no-plots"))
+    ok(kvbed("replay", trace, "--tiers", "cpu,ssd", "--hints", "ssd=oracle", "--param", "ssd:op_ratio=20%",
+             "-o", tmp_path / "tuned", "-q", "--no-plots"))
+    rows = json.loads(ok(kvbed("report", tmp_path / "plain", tmp_path / "tuned", "--json", "--no-plot")).stdout)
+    assert [(r["tier"], r["hints"]) for r in rows] == [("cpu", "none"), ("ssd", "none"), ("cpu", "none"),
+                                                        ("ssd", "oracle")]
+    assert [r["differs"] for r in rows] == [{"clock": None, "op_ratio": None}, {"clock": None, "op_ratio": 0.07},
+                                            {"clock": None, "op_ratio": None}, {"clock": "bytes", "op_ratio": 0.2}]
+    out = ok(kvbed("report", tmp_path / "plain", tmp_path / "tuned", "--no-plot")).stdout
+    assert "what differs" in out and "op_ratio" in out

@@ -198,8 +198,14 @@ def test_an_interrupted_study_reruns_only_the_missing_points(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: to the whole process group
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    err = err.strip()
+    assert err.startswith("kvbed: interrupted: ") and "\n" not in err and "rerun the same command" in err, err
     finished = _finished(out)
     assert 1 <= len(finished) < 8
+    assert json.loads((out / "study.json").read_text())["incomplete"] is True
+    assert "did not finish" in ok(kvbed("study", "status", out)).output
+    assert not [q for q in out.rglob("*") if q.name.endswith(".tmp")]  # workers stopped leave nothing
+    assert not (out / "report.md").exists()
     # no worker is left behind: nothing of the run's process group lives on
     for _ in range(50):
         left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
@@ -211,6 +217,7 @@ def test_an_interrupted_study_reruns_only_the_missing_points(tmp_path):
     assert f"{8 - len(finished)} ran, {len(finished)} already done" in res.output
     assert {q: m for q, m in ((d, (out / "runs" / d / "result.json").stat().st_mtime_ns) for d in finished)} == finished
     assert len(_table(out)) == 8 and set(_table(out)["status"]) == {"ok"}
+    assert json.loads((out / "study.json").read_text())["incomplete"] is False
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ from kvreplay.replay.prefetch import prefetched
 from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import page_bytes_of
 from kvreplay.replay.target import Target, TargetFailed
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 
 __all__ = ["Replay", "RunConfig", "build_config", "replay", "Target", "TargetFailed"]
 
@@ -124,9 +124,15 @@ class Replay:
             self.progress.phase("scan", self.reader.num_rows)
         self.header_bytes = CONTRACTS.get(cfg.faults.contract).header_bytes()
         t0 = time.perf_counter()
+
+        def scanned(n: int) -> None:  # nothing is replayed yet: a Ctrl-C here leaves nothing to keep
+            if self.progress:
+                self.progress.advance(n)
+            if self.should_stop():
+                raise Interrupted("during the scan of the trace: nothing written")
+
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
-                                           clock=getattr(cfg.hint_params, "clock", "bytes"),
-                                           on_batch=self.progress.advance if self.progress else None,
+                                           clock=getattr(cfg.hint_params, "clock", "bytes"), on_batch=scanned,
                                            header_bytes=self.header_bytes)
         self.scan_s = time.perf_counter() - t0
         sc = self.scan

@@ -31,7 +31,7 @@ from kvreplay.replay.engine import Progress, Replay
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.result import latency_rows
 from kvreplay.replay.ttft import RequestParams, request_section, request_starts
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
 from testbed.core.version import __version__
 
@@ -221,7 +221,13 @@ class MultiTierReplay:
             for tier, tcfg in cfg.tiers.items():
                 prog = _TierProgress(self.progress, tier) if self.progress else None
                 rp = Replay(tcfg, progress=prog, should_stop=self.should_stop, keep_reads=True, req_start=req_start)
-                parts = rp.run()
+                try:
+                    parts = rp.run()
+                except Interrupted:  # in a later tier's scan: keep the tiers replayed before it
+                    if not results:
+                        raise
+                    incomplete = True
+                    break
                 res = parts["result"]
                 results[tier] = res
                 job = res["jobs"][0]
@@ -236,6 +242,7 @@ class MultiTierReplay:
                     break
             t_req = time.perf_counter()
             section, series = (None, [])
+            incomplete = incomplete or self.should_stop()  # stopped after the last tier's last batch
             if not incomplete:
                 section, series = request_section(reader, reads, req_start, rp.t0, rp.cfg.replay.time_scale,
                                                   cfg.cost, cfg.requests, _trace_prefill_rate(reader.meta))

@@ -13,7 +13,7 @@ import sys
 import click
 
 from testbed.core.version import __version__
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 
 # command name -> "module:attribute"; one line per command group.
 _COMMANDS = {
@@ -37,6 +37,16 @@ class UserError(click.ClickException):
 
     def show(self, file=None) -> None:  # one line, no traceback
         click.echo(f"kvbed: error: {self.format_message()}", err=True, file=file)
+
+
+class InterruptedExit(click.ClickException):
+    """Ctrl-C: one line saying what was kept, exit status 130 (128 + SIGINT)."""
+
+    exit_code = 130
+
+    def show(self, file=None) -> None:
+        msg = self.format_message()
+        click.echo(f"kvbed: interrupted{': ' + msg if msg else ''}", err=True, file=file)
 
 
 class KvbedGroup(click.Group):
@@ -68,6 +78,10 @@ class KvbedGroup(click.Group):
             return super().invoke(ctx)
         except KvbedError as exc:
             raise UserError(str(exc)) from None
+        except Interrupted as exc:
+            raise InterruptedExit(str(exc)) from None
+        except KeyboardInterrupt:  # a command without its own handling: every writer renames whole files
+            raise InterruptedExit("") from None
 
 
 @click.group(cls=KvbedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 import click
 
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 from testbed.crossover import CrossoverParams
+from testbed.interrupt import interruptible
 
 
 def _options(f: Callable) -> Callable:
@@ -60,8 +61,17 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
     p = with_overrides(CrossoverParams(), cross).validate()
     if out is not None:
         check_can_make_dir(out, str(out))
-    res = run_crossover(p, cost, dev)
-    paths = write_outputs(res, out) if out is not None else []
+    try:
+        res = run_crossover(p, cost, dev)
+    except KeyboardInterrupt:
+        raise Interrupted("during the sweep: nothing written") from None
+    paths = []
+    if out is not None:
+        with interruptible() as intr:
+            paths = write_outputs(res, out, intr)
+        if intr():
+            raise Interrupted(f"while {intr.phase}: {', '.join(p.name for p in paths)} written, crossover.json "
+                              f"marked incomplete, in {out}")
     if as_json:
         from testbed.core.atomicio import json_default
 

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 from testbed.core.params import with_options
 
 
@@ -173,21 +173,25 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
         check_can_make_dir(output, f"-o {output}")
     kwargs = dict(overrides=overrides, writes_x=writes_x, warmup_x=warmup_x, fill=not no_fill, bs_pages=bs_pages,
                   read_frac=read_frac, iops=iops, load=load, placement=placement, seed=seed)
-    if sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import Progress
+    try:  # Ctrl-C: the figures are those of the whole measured phase or none, so nothing is kept
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
 
-        with Progress(console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("simulating (measured phase)", total=None)
-            res = run_synthetic(device_name, workload, **kwargs,
-                                progress=lambda done, total: bar.update(task, completed=done, total=total))
-    else:
-        res = run_synthetic(device_name, workload, **kwargs)
-    if output:
-        try:
-            write_json(f"{output}/result.json", res)
-        except OSError as exc:
-            raise KvbedError(f"cannot write result.json: {exc.strerror or exc}", where=output) from None
+            with Progress(console=Console(stderr=True), transient=True) as bar:
+                task = bar.add_task("simulating (measured phase)", total=None)
+                res = run_synthetic(device_name, workload, **kwargs,
+                                    progress=lambda done, total: bar.update(task, completed=done, total=total))
+        else:
+            res = run_synthetic(device_name, workload, **kwargs)
+        if output:
+            try:
+                write_json(f"{output}/result.json", res)
+            except OSError as exc:
+                raise KvbedError(f"cannot write result.json: {exc.strerror or exc}", where=output) from None
+    except KeyboardInterrupt:
+        where = f" ({output}/result.json not written)" if output else ""
+        raise Interrupted(f"during the simulation: nothing written{where}") from None
     if as_json:
         click.echo(json.dumps(res, indent=2, default=str))
     else:

@@ -11,14 +11,15 @@ on ``--vm NAME`` (a VM from ``kvbed up``, whose geometry the replay adopts) or
 on an ephemeral VM sized from the trace and torn down afterwards. Exit status:
 0 done; 1 a VM cross-check failed (run written, each failure on one stderr
 line); 2 bad input or a VM that failed during the run (one line; the completed
-part is written as a partial result).
+part is written as a partial result); 130 interrupted (Ctrl-C: the run is
+written marked incomplete, see testbed.interrupt, or nothing if no row was
+replayed yet).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -30,7 +31,8 @@ from rich.table import Table
 
 from kvreplay.replay.params import ReplayParams
 from testbed.cli.console import console
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
+from testbed.interrupt import interruptible
 
 
 
@@ -82,7 +84,8 @@ def _param_epilog() -> str:
         "reads return zeros) unless backing=file. result.json `sources` says where each figure comes from\n"
         "(guest: latency; device log: FDP host bytes; model: WAF/GC/erases).\n"
         "Exit status: 0 done; 1 a VM cross-check failed (one stderr line each); 2 bad input, or the VM\n"
-        "failed mid-run (the completed part is written as a partial result)."
+        "failed mid-run (the completed part is written as a partial result); 130 Ctrl-C (what was replayed\n"
+        "is written marked incomplete; a second Ctrl-C aborts, writing nothing)."
     )
 
 
@@ -110,30 +113,6 @@ def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("events"), TimeElapsedColumn(), console=console, transient=True) as prog:
         yield _RichProgress(prog)
-
-
-@contextmanager
-def _interruptible() -> Iterator[Callable[[], bool]]:
-    """First Ctrl-C: stop after the current batch and keep a valid partial result. Second: abort."""
-    state = {"stop": False}
-
-    def handler(signum, frame):
-        if state["stop"]:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
-        state["stop"] = True
-        click.echo("kvbed: interrupted - finishing the current batch and writing a partial result "
-                   "(Ctrl-C again to abort)", err=True)
-
-    try:
-        old = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread (e.g. embedded): no handler, never stops early
-        yield lambda: False
-        return
-    try:
-        yield lambda: state["stop"]
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
@@ -253,20 +232,18 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     out = check_out_dir(out or _default_out(cfg.trace, cfg.device + ("-vm" if on_vm else ""), cfg.hints,
                                             cfg.replay.seed))
 
-    with _interruptible() as should_stop, _progress(not quiet) as prog:
-        if on_vm:
-            from testbed.vm.replay import replay_vm
+    with interruptible() as intr:
+        intr.enter("replay")
+        with _progress(not quiet) as prog:
+            if on_vm:
+                from testbed.vm.replay import replay_vm
 
-            con = _console(err=True)
-            log = (lambda s: None) if quiet else (lambda s: con.print(f"[dim]{s}[/dim]"))
-            parts = replay_vm(cfg, progress=prog, should_stop=should_stop, log=log)
-        else:
-            parts = Replay(cfg, progress=prog, should_stop=should_stop).run()
-    run_dir = write_run(out, parts)
-    if not no_plots:
-        from testbed.plots import make_run_plots
-
-        make_run_plots(run_dir)
+                con = _console(err=True)
+                log = (lambda s: None) if quiet else (lambda s: con.print(f"[dim]{s}[/dim]"))
+                parts = replay_vm(cfg, progress=prog, should_stop=intr, log=log)
+            else:
+                parts = Replay(cfg, progress=prog, should_stop=intr).run()
+        run_dir = write_run(out, parts, plots=None if no_plots else _plots, interrupt=intr)
     job = parts["result"]["jobs"][0]
     if as_json:
         click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
@@ -275,6 +252,8 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     res = parts["result"]
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
+    if res.get("interrupted"):
+        raise Interrupted(_interrupted_text(res, run_dir))
     if res["incomplete"]:
         click.echo(f"kvbed: partial result (stopped at row {res.get('stopped_at_row')}) in {run_dir}", err=True)
     failed = [c for c in (res.get("vm") or {}).get("cross_checks") or [] if not c["ok"]]
@@ -312,13 +291,11 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
                                      list(params), {**given, "on_hit": on_hit})
     first = next(iter(cfg.tiers.values()))
     out = check_out_dir(out or _default_out(cfg.trace, "tiers-" + "-".join(cfg.tiers), first.hints, first.replay.seed))
-    with _interruptible() as should_stop, _progress(not quiet) as prog:
-        parts = MultiTierReplay(cfg, progress=prog, should_stop=should_stop).run()
-    run_dir = write_run(out, parts)
-    if not no_plots:
-        from testbed.plots import make_run_plots
-
-        make_run_plots(run_dir)
+    with interruptible() as intr:
+        intr.enter("replay")
+        with _progress(not quiet) as prog:
+            parts = MultiTierReplay(cfg, progress=prog, should_stop=intr).run()
+        run_dir = write_run(out, parts, plots=None if no_plots else _plots, interrupt=intr)
     res = parts["result"]
     if as_json:
         click.echo(json.dumps(_tiers_summary(parts), indent=2, default=str))
@@ -326,8 +303,28 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         _print_tiers_summary(_console(), parts, run_dir)
     if res.get("error"):
         raise KvbedError(f"{res['error']} (partial result in {run_dir})")
+    if res.get("interrupted"):
+        raise Interrupted(_interrupted_text(res, run_dir))
     if res["incomplete"]:
         click.echo(f"kvbed: partial result in {run_dir}", err=True)
+
+
+def _plots(run_dir: Path, label: str, should_stop: Callable[[], bool]) -> None:
+    from testbed.plots import make_run_plots
+
+    make_run_plots(run_dir, label, should_stop)
+
+
+def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:
+    """The one line a run stopped by Ctrl-C ends with: where it stopped and what the directory holds."""
+    phase = res["interrupted"]
+    if phase == "replay":
+        row = res.get("stopped_at_row")
+        total = (res.get("scan") or {}).get("rows")
+        at = f" (stopped at row {row:,}{f' of {total:,}' if total else ''})" if row is not None else ""
+        return f"during the replay{at}: what was replayed is written without plots, marked incomplete, in {run_dir}"
+    what = "with its plots partly drawn" if phase == "plotting" else "without plots"
+    return f"while {phase}: the run is written whole {what}, marked incomplete, in {run_dir}"
 
 
 def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
@@ -464,31 +461,53 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
 
 @click.command("report")
 @click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="comparison plot [default: report.png beside the first run directory]")
-@click.option("--no-plot", is_flag=True, help="print the table only")
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="report directory: report.png, outcomes.png (runs with faults), report.json "
+                   "[default: report-<run names> beside the first run]")
+@click.option("--force", is_flag=True, help="replace the files of another report in that directory")
+@click.option("--no-plot", is_flag=True, help="print the table only; nothing is written")
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
-def report(runs: tuple[Path, ...], plot_path: Path | None, no_plot: bool, as_json: bool) -> None:
-    """Compare finished runs: a table of WAF, GC, erases and latency percentiles, and a plot."""
-    from testbed.report import compare, render_table
+def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool, as_json: bool) -> None:
+    """Compare finished runs: a table of WAF, GC and latency percentiles with a column for every setting that
+    differs between them, and a plot.
+
+    The report directory is never shared silently: one that holds another report's files (report.json names
+    other runs) is refused unless --force; the same report made again replaces its own files."""
+    from testbed import reportdir
+    from testbed.report import compare, render_differences, render_table
     from testbed.results import load_run
 
     loaded = [load_run(r) for r in runs]
+    out = out or reportdir.default_dir(list(runs))
+    if not no_plot:
+        reportdir.check(out, list(runs), force)
     rows = compare(loaded)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
-        _console().print(render_table(rows))
-    if not no_plot:
-        from testbed.plots import comparison_plot
+        con = _console()
+        differ = render_differences(rows)
+        if differ is not None:
+            if not con.is_terminal:  # a file or a pipe gets every setting, however wide
+                con.width = max(con.width, con.measure(differ, options=con.options.update(max_width=1 << 16)).maximum)
+            con.print(differ)
+        con.print(render_table(rows))
+    if no_plot:
+        return
 
-        path = plot_path or (loaded[0].path.parent / "report.png")
-        comparison_plot(loaded, path)
-        if not as_json:
-            click.echo(f"plot: {path}")
+    def draw(tmp: Path) -> list[str]:
+        from testbed.plots import comparison_plot, plot_contract_outcomes
+
+        comparison_plot(loaded, tmp / "report.png")
         if all("faults" in r.result for r in loaded):
-            from testbed.plots import plot_contract_outcomes
+            plot_contract_outcomes(loaded, tmp / "outcomes.png")
+            return ["report.png", "outcomes.png"]
+        return ["report.png"]
 
-            opath = plot_contract_outcomes(loaded, path.with_name(path.stem + "-outcomes.png"))
-            if not as_json:
-                click.echo(f"plot: {opath}")
+    existed = out.exists()
+    try:
+        paths = reportdir.write(out, list(runs), rows, draw)
+    except KeyboardInterrupt:
+        raise Interrupted(f"nothing written ({out} {'left as it was' if existed else 'not created'})") from None
+    if not as_json:
+        click.echo(f"report: {out} ({', '.join(p.name for p in paths)})")

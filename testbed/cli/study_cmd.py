@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 
 
 @click.group("study")
@@ -82,8 +82,8 @@ def run_cmd(spec: Path, out: Path | None, executor: str, ray_address: str | None
             no_report: bool, quiet: bool) -> None:
     """Run every point not yet done (traces first), then write table, summary and report.
 
-    Ctrl-C stops submitting, keeps what finished and stops the workers; running the same command again
-    continues where it stopped. Exit status: 0 all points done, 1 some points failed (see `study status`),
+    Ctrl-C stops submitting, keeps what finished and stops the workers; study.json then says
+    "incomplete": true and no report is left; running the same command again continues where it stopped. Exit status: 0 all points done, 1 some points failed (see `study status`),
     2 bad spec, 130 interrupted."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
@@ -111,16 +111,29 @@ def run_cmd(spec: Path, out: Path | None, executor: str, ray_address: str | None
         res = run_study(st, out, executor=executor, jobs=jobs, address=ray_address,
                         progress=lambda total, skipped: _Bar(prog, total, skipped),
                         log=(lambda s: prog.console.print(f"[dim]{s}[/dim]")) if show else (lambda s: None))
-    if not no_report and not res.interrupted:
-        write_report(out)
     click.echo(f"{st.name}: {res.points} points: {res.ran} ran, {res.skipped} already done, {res.failed} failed"
                f"{', interrupted' if res.interrupted else ''}; {res.traces_built} trace(s) built; "
                f"{res.wall_s:.1f} s -> {out}")
     if res.interrupted:
-        click.echo("kvbed: interrupted: rerun the same command to run the missing points", err=True)
-        sys.exit(130)
+        _drop_report(out)
+        raise Interrupted(f"{res.ran} point(s) ran and were kept, study.json says incomplete, no report is left; "
+                          "rerun the same command to run the missing points")
+    if not no_report:
+        try:
+            write_report(out)
+        except KeyboardInterrupt:
+            _drop_report(out)
+            raise Interrupted(f"while writing the report: every point and the table are kept, no report is left; "
+                              f"`kvbed study report {out}` writes it") from None
     if res.failed:
         sys.exit(1)
+
+
+def _drop_report(out: Path) -> None:
+    """An interrupted run: the table says what ran, and an older report (or one of a report being written:
+    report.md and report.html may then be of two different runs) would disagree with it; none is kept."""
+    for name in ("report.md", "report.html"):
+        (out / name).unlink(missing_ok=True)
 
 
 @study.command("status")
@@ -136,7 +149,7 @@ def status_cmd(study_dir: Path, as_json: bool) -> None:
         return
     c = st["counts"]
     click.echo(f"{st['name']}: {len(st['points'])} points: {c['done']} done, {c['failed']} failed, "
-               f"{c['missing']} missing")
+               f"{c['missing']} missing" + (" (the last `study run` did not finish)" if st["incomplete"] else ""))
     for p in st["points"]:
         if p["state"] != "done":
             axes = ", ".join(f"{k}={v}" for k, v in p["axes"].items())

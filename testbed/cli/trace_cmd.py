@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli.console import console
-from testbed.core.errors import KvbedError
+from testbed.core.errors import Interrupted, KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
 from testbed.core.params import field_types, split_overrides, with_options, with_overrides
 
@@ -245,11 +245,26 @@ def import_cmd(fmt: str, src: Path, out: Path, params: tuple[str, ...], as_json:
     importer = IMPORTERS.get(fmt)()
     tier = build_tier_params(TierSimParams(), kwargs, list(params))
     if importer.level == "event":
-        _import_events(importer, src, out, as_json)
+        with _nothing_written(out):
+            _import_events(importer, src, out, as_json)
         return
-    with _progress("tier simulation") as update:
+    with _nothing_written(out), _progress("tier simulation") as update:
         res, meta = import_trace(fmt, src, tier, out, progress=update)
     _print_trace(res, meta, out, as_json)
+
+
+@contextmanager
+def _nothing_written(out: Path) -> Iterator[None]:
+    """Ctrl-C while a trace is made: the file is renamed into place only when whole, so nothing is kept
+    (a lifecycle trace cut short would hold objects that never die and tier statistics of a prefix)."""
+    try:
+        existed = out.exists()
+    except OSError:  # a name the file system refuses: the writer says so
+        existed = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"nothing written ({out} {'left as it was' if existed else 'not created'})") from None
 
 
 def _import_events(importer: Any, src: Path, out: Path, as_json: bool) -> None:
@@ -308,7 +323,7 @@ def synth_cmd(out: Path, seed: int | None, duration_s: float | None, sessions_pe
     groups = split_overrides(with_options(params, options), {"synth": SynthParams, "tier": TierSimParams})
     sp = with_overrides(SynthParams(), groups["synth"]).validate()
     tier = build_tier_params(SYNTH_TIER_DEFAULTS, kwargs, groups["tier"])
-    with _progress("tier simulation") as update:
+    with _nothing_written(out), _progress("tier simulation") as update:
         res, meta = synth_trace(sp, tier, out, progress=update)
     _print_trace(res, meta, out, as_json)
 

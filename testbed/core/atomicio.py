@@ -1,4 +1,10 @@
-"""Write outputs under a temporary name and rename, so a failure never leaves a half file."""
+"""Write outputs under a temporary name and rename, so a failure never leaves a half file.
+
+What kvbed writes is an ordinary output: files get 0o666 and directories 0o777 less the umask (0644 and
+0755 under the usual umask 022, private under 077), as ``open``/``mkdir`` would give them. The temporary
+names are hidden (leading dot) and made with ``O_EXCL``/``mkdir``, so nobody else's file is ever reused;
+``tempfile.mkstemp``/``mkdtemp`` are not used because they make the result 0600/0700 whatever the umask.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ def check_can_make_dir(path: str | os.PathLike, where: str) -> None:
 def temp_path_for(final: Path, mode: int = 0o666) -> Path:
     """A new empty hidden file beside ``final`` (its directory made if needed) to write into and
     rename. ``mode`` as for ``os.open`` (the umask applies): 0o666 gives the file the permissions a
-    plain create would, 0o600 keeps it private (what ``tempfile.mkstemp`` does)."""
+    plain create would."""
     final.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.tmp")
@@ -38,11 +44,24 @@ def temp_path_for(final: Path, mode: int = 0o666) -> Path:
             continue
 
 
+def temp_dir_for(final: Path) -> Path:
+    """A new empty hidden directory beside ``final`` (its parent made if needed) to fill and rename into
+    place: mode 0o777 less the umask, as a plain ``mkdir`` gives."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(tmp, 0o777)
+            return tmp
+        except FileExistsError:
+            continue
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place only on success."""
     final = Path(path)
-    tmp_path = temp_path_for(final, 0o600)
+    tmp_path = temp_path_for(final)
     try:
         yield tmp_path
         os.replace(tmp_path, final)

@@ -14,3 +14,10 @@ class KvbedError(Exception):
     def __init__(self, message: str, *, where: str | None = None):
         self.where = where
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class Interrupted(Exception):
+    """The user stopped the command (Ctrl-C); the message says what was kept. The CLI prints it as one
+    line, ``kvbed: interrupted: ...``, and exits with status 130 (128 + SIGINT), as shells do."""
+
+    exit_code = 130

@@ -10,7 +10,7 @@ Steps (each resumable: an interrupted build continues where it stopped): the hos
 directory under the system's temporary directory, ``tests/fp`` left out (it would fetch berkeley
 softfloat/testfloat from the network), ``configure`` for the x86_64 system emulator only, ``ninja``
 for the one binary with a progress bar, then the binary and the x86 firmware it loads (``pc-bios``)
-copied into ``<cache>/femu/<key>.build-*`` and renamed to ``<cache>/femu/<key>`` when complete. A file
+copied into a hidden ``<cache>/femu/.<key>.*.tmp`` and renamed to ``<cache>/femu/<key>`` when complete. A file
 lock serialises concurrent builds of one key.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from testbed.core.atomicio import write_json
+from testbed.core.atomicio import temp_dir_for, write_json
 from testbed.core.errors import KvbedError
 from testbed.vm import paths
 
@@ -300,7 +300,7 @@ def build(src: str | os.PathLike | None = None, *, log: Callable[[str], None] | 
         log(f"building {BINARY}")
         _ninja(bdir, logf, progress, jobs or os.cpu_count() or 2)
         final = femu_dir() / key
-        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.build-", dir=femu_dir()))
+        tmp = temp_dir_for(final)
         try:
             shutil.copy2(bdir / BINARY, tmp / BINARY)
             (tmp / "share").mkdir()

@@ -5,7 +5,8 @@ Directory (``DIR``):
 
 =========================== ===========================================================================
 study.toml                  the spec as given
-study.json                  the expanded grid: every point's axes, seed, trace and run hashes
+study.json                  the expanded grid: every point's axes, seed, trace and run hashes;
+                            ``"incomplete": true`` until a run has been through every point (Ctrl-C)
 traces/<hash>.parquet       one per distinct trace setting (hash of its settings and input file)
 runs/<hash>/                an ordinary replay run directory per point (rerun with ``kvbed replay
                             --config``), plus point.json; ``runs/<hash>.error.json`` for a failed point
@@ -48,8 +49,14 @@ class Task:
 
 
 def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the driver, which stops them."""
+    """Workers leave Ctrl-C to the driver, which stops them (SIGTERM); a worker stopped so unwinds (exits
+    through SystemExit) so that a trace it was writing leaves no temporary file behind."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _build_trace(setting: TraceSetting, out: str) -> None:
@@ -258,7 +265,7 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
     doc = plan(study, out)
     with atomic_path(out / "study.toml") as tmp:
         tmp.write_text(study.text)
-    write_json(out / "study.json", doc)
+    write_json(out / "study.json", {**doc, "incomplete": True})  # until every point has been through
     trace_paths = {th: (Path(t["file"]) if Path(t["file"]).is_absolute() else out / t["file"])
                    for th, t in doc["traces"].items()}
     settings = study.traces()
@@ -309,6 +316,8 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
             ex.close()
     try:
         table.refresh(out)
+        if not interrupted:
+            write_json(out / "study.json", {**doc, "incomplete": False})
     except KeyboardInterrupt:  # the table is rebuilt by the next run or `study report`
         interrupted = True
     return Outcome(points=len(recs), ran=ran, skipped=skipped, failed=failed, interrupted=interrupted,
@@ -331,5 +340,5 @@ def status(out: Path) -> dict[str, Any]:
         else:
             state, error = "missing", None
         rows.append({**rec, "state": state, "error": error})
-    return {"name": doc["name"], "points": rows,
+    return {"name": doc["name"], "points": rows, "incomplete": bool(doc.get("incomplete")),
             "counts": {s: sum(r["state"] == s for r in rows) for s in ("done", "failed", "missing")}}

@@ -2,7 +2,7 @@
 
 The hash covers every recipe file and the agent's source, so editing the agent
 or the package list gives a new image directory and the old one stays usable
-until removed. A build runs in ``<hash>.build-*`` and is renamed into place
+until removed. A build runs in a hidden ``.<hash>.*.tmp`` and is renamed into place
 only when complete; a file lock serialises concurrent builds of one hash.
 """
 
@@ -16,13 +16,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from testbed.core.atomicio import write_json
+from testbed.core.atomicio import temp_dir_for, write_json
 from testbed.core.errors import KvbedError
 from testbed.vm import paths
 
@@ -160,7 +159,7 @@ def build(*, force: bool = False, log=None, kernel_deb: str | None = None) -> Im
         if os.geteuid() != 0:
             raise KvbedError("image build needs root (mmdebstrap, chroot, root-owned files): run it with sudo "
                              "or as root, with XDG_CACHE_HOME/KVBED_CACHE_DIR pointing at your cache")
-        tmp = Path(tempfile.mkdtemp(prefix=f"{h}.build-", dir=root))
+        tmp = temp_dir_for(final)
         env = dict(os.environ, OUT=str(tmp), RECIPE=str(paths.RECIPE_DIR), AGENT_SRC=str(paths.AGENT_DIR),
                    MIRROR=os.environ.get("KVBED_MIRROR") or host_debian_mirror())
         deb = kernel_deb or os.environ.get("KVBED_KERNEL_DEB")
