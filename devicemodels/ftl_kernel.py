@@ -13,7 +13,8 @@ otherwise block every later transfer on that channel.
 
 GC triggers. A host write that needs a new line while at most ``fg`` lines are
 free runs foreground GC first (until more than ``fg`` are free) and waits for it
-(the stall is counted and recorded in the stall histogram). Background GC keeps
+(the stall is summed, recorded per stall, and each write command's longest stall is recorded once: a
+command's pages may each wait, over the same time). Background GC keeps
 at least ``bg`` lines free. By default it uses idle time: before an op that arrives
 at ``t``, if no host op has been in flight since ``host_busy <= t``, victims are
 collected back to back from then on as long as each starts before ``t`` (host ops
@@ -48,7 +49,8 @@ from __future__ import annotations
 from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE
 from devicemodels.ftl_state import (
     C_ERASES, C_GC_BG, C_GC_FG, C_GC_PAGES, C_GC_RUNS, C_HOST, C_LINES_OPENED, C_MEDIA, C_OPS, C_READ,
-    C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, LINE_CLOSED,
+    C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, H_STALL_WRITE,
+    LINE_CLOSED,
     LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_HOST_BUSY, M_WB_POS, RG_BMIN,
     RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
 from devicemodels.gc_policies import GREEDY, NO_POLICY, select_victim
@@ -618,6 +620,7 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
             ruh = p - rg * g.nruh
             f = rg * g.F + ruh
             x0 = lba[i]
+            waited = 0  # this command's longest foreground-GC stall
             for k in range(npages[i]):
                 x = x0 + k
                 old = l2p[x]
@@ -630,10 +633,13 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                 t_ready = t_buf
                 line = fr_line[f]
                 if line < 0:
+                    t_free = t_ready
                     t_ready = _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp)
                     if t_ready < 0:
                         err[1] = i
                         return
+                    if t_ready - t_free > waited:
+                        waited = t_ready - t_free
                     line = fr_line[f]
                 q = wpa[line]
                 ppa = line * ppl + q
@@ -651,6 +657,8 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                                     t_ready, M_BUSY_UNTIL, M_WB_POS)
                     if e > d:
                         d = e
+            if waited > 0:
+                hist_record(hist[H_STALL_WRITE], waited)
             ctr[C_HOST] += npages[i]
             ctr[C_MEDIA] += npages[i]
         elif o == OP_READ:

@@ -68,9 +68,12 @@ COUNTER_NAMES = (
 N_COUNTERS = len(COUNTER_NAMES)
 assert C_OPS + len(OP_NAMES) == N_COUNTERS
 
-# latency histogram rows: one per op code, then one for foreground-GC stalls
+# latency histogram rows: one per op code, then one for foreground-GC stalls (a value per stall: a host page that
+# waited for GC to free a line), then one per host write command that waited for foreground GC (its longest
+# stall: the stalls of one command's pages overlap in time, each counted from when its page was ready)
 H_STALL = len(OP_NAMES)
-N_HIST = H_STALL + 1
+H_STALL_WRITE = H_STALL + 1
+N_HIST = H_STALL + 2
 
 
 class Geo(NamedTuple):
