@@ -11,7 +11,6 @@ import pytest
 
 from cli_helpers import kvbed, ok
 from device_helpers import make, writes
-from devicemodels import saturation as SAT
 from replay_fixtures import two_lifetimes
 
 SMALL_DEVICE = ("--param", "channels=1", "--param", "dies_per_channel=1")
@@ -62,6 +61,8 @@ def test_a_command_whose_pages_stall_twice_counts_once_with_its_longest_wait():
 
 
 def test_saturation_is_the_union_of_waits_past_the_threshold():
+    from devicemodels import saturation as SAT
+
     arr = np.array([0, 10, 100, 1000], np.int64)
     done = np.array([50, 30, 400, 1001], np.int64)
     s = SAT.new_state()
@@ -82,6 +83,8 @@ def test_saturation_is_the_union_of_waits_past_the_threshold():
 
 
 def test_an_op_out_of_arrival_order_is_counted():
+    from devicemodels import saturation as SAT
+
     s = SAT.new_state()
     SAT.record(np.array([0, 100, 50], np.int64), np.array([10, 110, 60], np.int64), 1000, s)
     assert SAT.summary(s, 1000, 0.01, closed_loop=False)["arrivals_out_of_order"] == 1
@@ -175,6 +178,20 @@ def test_report_shows_stall_share_and_saturation(trace, tmp_path):
     text = " ".join(con.export_text().split())  # the caption wraps at the table's width
     assert "GC stall (sum)" in text and "writes stalled" in text and "SATURATED" in text
     assert "a: device saturated: " in text and "latency tails measure queueing, not GC" in text
+
+
+def test_a_multi_tier_run_flags_each_tier(tmp_path):
+    trace = tmp_path / "s.parquet"
+    ok(kvbed("trace", "synth", "-o", trace, "--duration-s", "120"))
+    # the SSD tier on one die cannot keep up; the DRAM tier can, and has no GC
+    res = ok(kvbed("replay", trace, "--tiers", "cpu,ssd", "--param", "ssd:channels=1",
+                   "--param", "ssd:dies_per_channel=1", "-o", tmp_path / "mt", "--no-plots", "--json"))
+    jobs = {j["tier"]: j for j in json.loads((tmp_path / "mt" / "result.json").read_text())["jobs"]}
+    assert jobs["ssd"]["saturation"]["saturated"] is True and jobs["cpu"]["saturation"]["saturated"] is False
+    assert jobs["cpu"]["gc_stall"]["stalled_write_cmds"] == 0 and jobs["cpu"]["gc_stall"]["write_cmds"] > 0
+    assert json.loads(res.stdout)["tiers"]["ssd"]["saturation"]["saturated"] is True
+    warn = [ln for ln in res.stderr.splitlines() if "device saturated" in ln]
+    assert len(warn) == 1 and warn[0].startswith("kvbed: warning (tier ssd): device saturated")
 
 
 # ------------------------------------------------------------------------------------ studies

@@ -425,6 +425,11 @@ def write_report(study_dir: Path) -> list[Path]:
     body += [f"<li>{html.escape(s)}</li>" for s in found] + [f"</ul><h2>Summary ({html.escape(note)})</h2>"]
     if not summary.empty:
         body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
+    if not sat.empty:
+        body.append("<h2>Saturated points</h2><p>Latency tails measure queueing, not GC.</p><ul>" + "".join(
+            f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(_label(r, [*cols, 'policy']))}, seed "
+            f"{r['seed']}): backlogged {100 * r['backlogged_ratio']:.1f}% of the span</li>"
+            for _, r in sat.iterrows()) + "</ul>")
     if not failed.empty:
         body.append("<h2>Failed points</h2><ul>" + "".join(
             f"<li><code>{html.escape(r['run_dir'])}</code>: {html.escape(str(r['error']))}</li>"
