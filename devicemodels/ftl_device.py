@@ -233,6 +233,7 @@ class FtlDevice(DeviceModel):
         st.misc[S.M_WB_POS] = 0
         st.misc[S.M_HOST_BUSY] = 0
         st.misc[S.M_BG_END] = 0
+        st.misc[S.M_CMD_STALL] = 0
 
     # ---------------------------------------------------------------- stats
     def memory_bytes(self) -> int:

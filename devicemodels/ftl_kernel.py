@@ -50,9 +50,8 @@ from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE
 from devicemodels.ftl_state import (
     C_ERASES, C_GC_BG, C_GC_FG, C_GC_PAGES, C_GC_RUNS, C_HOST, C_LINES_OPENED, C_MEDIA, C_OPS, C_READ,
     C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, H_STALL_WRITE,
-    LINE_CLOSED,
-    LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_HOST_BUSY, M_WB_POS, RG_BMIN,
-    RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
+    LINE_CLOSED, LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_CMD_STALL, M_HOST_BUSY,
+    M_WB_POS, RG_BMIN, RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
 from devicemodels.gc_policies import GREEDY, NO_POLICY, select_victim
 from devicemodels.histogram import hist_record
 from devicemodels.jit import kernel
@@ -524,6 +523,8 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
             stall = t_gc - t_ready
             st.ctr[C_STALL_NS] += stall
             hist_record(st.hist[H_STALL], stall)
+            if stall > st.misc[M_CMD_STALL]:
+                st.misc[M_CMD_STALL] = stall
             t_ready = t_gc
     if st.fr_line[f] < 0:
         _open(st, g, rg, f, ruh)
@@ -620,7 +621,6 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
             ruh = p - rg * g.nruh
             f = rg * g.F + ruh
             x0 = lba[i]
-            waited = 0  # this command's longest foreground-GC stall
             for k in range(npages[i]):
                 x = x0 + k
                 old = l2p[x]
@@ -633,13 +633,10 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                 t_ready = t_buf
                 line = fr_line[f]
                 if line < 0:
-                    t_free = t_ready
                     t_ready = _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp)
                     if t_ready < 0:
                         err[1] = i
                         return
-                    if t_ready - t_free > waited:
-                        waited = t_ready - t_free
                     line = fr_line[f]
                 q = wpa[line]
                 ppa = line * ppl + q
@@ -657,8 +654,9 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                                     t_ready, M_BUSY_UNTIL, M_WB_POS)
                     if e > d:
                         d = e
-            if waited > 0:
-                hist_record(hist[H_STALL_WRITE], waited)
+            if misc[M_CMD_STALL]:  # the command waited for foreground GC: its longest stall, once
+                hist_record(hist[H_STALL_WRITE], misc[M_CMD_STALL])
+                misc[M_CMD_STALL] = 0
             ctr[C_HOST] += npages[i]
             ctr[C_MEDIA] += npages[i]
         elif o == OP_READ:

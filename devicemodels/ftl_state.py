@@ -38,8 +38,8 @@ RG_FREE_HEAD, RG_FREE_TAIL, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_CLOSED, RG_BMIN = ran
 RG_FIELDS = 6
 
 # misc scalars (State.misc)
-M_CLOCK, M_BUSY_UNTIL, M_WB_POS, M_HOST_BUSY, M_BG_END = range(5)
-M_FIELDS = 5
+M_CLOCK, M_BUSY_UNTIL, M_WB_POS, M_HOST_BUSY, M_BG_END, M_CMD_STALL = range(6)
+M_FIELDS = 6  # M_CMD_STALL: the longest foreground-GC stall of the write command being served
 
 # one op counter per op code (``ctr[C_OPS + op]``), the same in every flash device's counters
 OP_COUNTER_NAMES = tuple(f"ops_{name}" for name in OP_NAMES)

@@ -8,9 +8,9 @@ run. These figures tell the two apart for any device model or a VM target, since
 - **busy**: at least one op in flight (arrived, not completed) - the utilisation law's busy time of the
   device as one server;
 - **backlogged**: the oldest op in flight has waited longer than ``wait_ns`` (arrival to now), i.e. time
-  ``t`` is backlogged when some op with ``arrival + wait_ns < t < done`` exists. It is the head-of-queue
-  age (the age of the oldest outstanding request) held against a threshold, the quantity an NVMe
-  command timeout or Linux's block-layer hung-request check watches. ``wait_ns`` is chosen above any
+  ``t`` is backlogged when some op with ``arrival + wait_ns < t < done`` exists. It is the age of the
+  oldest outstanding request held against a threshold, the quantity a block layer's request timeout
+  (Linux: ``nvme_core.io_timeout``) watches, at a far shorter threshold. ``wait_ns`` is chosen above any
   single op's service and any single GC stall a device produces on its own, so time spent past it is
   time spent behind other ops;
 - **saturated** (a flag the caller sets): backlogged for at least a given share of the span.

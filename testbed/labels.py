@@ -43,8 +43,9 @@ def saturation(sat: dict[str, Any] | None) -> str:
     if not sat:
         return "-"
     if sat["loop"] == "closed":
-        return (f"closed loop: ops always waiting by construction (busy {_pct(sat['busy_ratio'])} of the "
-                f"{fmt_ns(sat['span_ns'])} span); latency is the device's at that queue depth")
+        return (f"closed loop (--as-fast-as-possible): queue_depth ops always in flight, so backlogged by "
+                f"construction (busy {_pct(sat['busy_ratio'])} of the {fmt_ns(sat['span_ns'])} span); latency is "
+                f"the device's at that queue depth")
     s = (f"busy {_pct(sat['busy_ratio'])}, backlogged {_pct(sat['backlogged_ratio'])} of the "
          f"{fmt_ns(sat['span_ns'])} span (an op waiting > {fmt_ns(sat['wait_threshold_ns'])})")
     if sat["backlogged_ns"]:

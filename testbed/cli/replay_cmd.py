@@ -364,9 +364,8 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> None:
-    from testbed.report import fmt_ns
-
     from testbed.labels import saturation_cell
+    from testbed.report import fmt_ns
 
     s = _tiers_summary(parts)
     t = Table(title="multi-tier replay")
