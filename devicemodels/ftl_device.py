@@ -91,6 +91,24 @@ def checked_batch(dev: DeviceModel, ops: dict[str, np.ndarray], n_pid: int | Non
     return cols
 
 
+def stall_stats(total_ns: int, per_stall: np.ndarray, per_write: np.ndarray, write_cmds: int) -> dict[str, Any]:
+    """Foreground-GC stalls as a total and per write command, each figure named for what it is:
+
+    - ``fg_stall_ns``: the SUM of every stall (a host page waiting for GC to free a line), not a duration of
+      the run: stalls of different commands overlap in time, so it can exceed the run's span;
+    - ``fg_stall_lat_ns``: the distribution of those stalls (one value per stall);
+    - ``write_cmds``: the host write commands the device served (the denominator);
+    - ``fg_stalled_write_cmds`` and ``fg_stalled_write_cmds_ratio`` (of ``write_cmds``): how many waited;
+    - ``fg_stall_per_write_cmd_ns``: the wait of each command that waited (its longest stall), so its
+      percentiles are among the stalled commands only.
+    """
+    h = LatencyHistogram(per_write)
+    return {"fg_stall_ns": total_ns, "fg_stall_lat_ns": LatencyHistogram(per_stall).to_dict(),
+            "write_cmds": int(write_cmds), "fg_stalled_write_cmds": h.n,
+            "fg_stalled_write_cmds_ratio": h.n / write_cmds if write_cmds else 0.0,
+            "fg_stall_per_write_cmd_ns": h.to_dict()}
+
+
 class FtlDevice(DeviceModel):
     """A page-mapped FTL with lines, GC and timing; ``conv`` and ``fdp`` configure it."""
 
@@ -215,6 +233,7 @@ class FtlDevice(DeviceModel):
         st.misc[S.M_WB_POS] = 0
         st.misc[S.M_HOST_BUSY] = 0
         st.misc[S.M_BG_END] = 0
+        st.misc[S.M_CMD_STALL] = 0
 
     # ---------------------------------------------------------------- stats
     def memory_bytes(self) -> int:
@@ -252,8 +271,7 @@ class FtlDevice(DeviceModel):
                 "policy": self.flash.gc_policy,
                 "runs": c["gc_runs"], "fg_runs": c["gc_fg_runs"], "bg_runs": c["gc_bg_runs"],
                 "pages_moved": c["gc_pages_moved"], "bytes_moved": c["gc_pages_moved"] * pb,
-                "fg_stall_ns": c["gc_fg_stall_ns"],
-                "fg_stall_lat_ns": LatencyHistogram(st.hist[S.H_STALL]).to_dict(),
+                **stall_stats(c["gc_fg_stall_ns"], st.hist[S.H_STALL], st.hist[S.H_STALL_WRITE], c["ops_write"]),
                 "valid_pages_per_victim_mean": (c["gc_pages_moved"] / c["gc_runs"]) if c["gc_runs"] else 0.0,
                 "free_lines": free,
             },

@@ -13,7 +13,8 @@ otherwise block every later transfer on that channel.
 
 GC triggers. A host write that needs a new line while at most ``fg`` lines are
 free runs foreground GC first (until more than ``fg`` are free) and waits for it
-(the stall is counted and recorded in the stall histogram). Background GC keeps
+(the stall is summed, recorded per stall, and each write command's longest stall is recorded once: a
+command's pages may each wait, over the same time). Background GC keeps
 at least ``bg`` lines free. By default it uses idle time: before an op that arrives
 at ``t``, if no host op has been in flight since ``host_busy <= t``, victims are
 collected back to back from then on as long as each starts before ``t`` (host ops
@@ -48,9 +49,9 @@ from __future__ import annotations
 from devicemodels.base import OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE
 from devicemodels.ftl_state import (
     C_ERASES, C_GC_BG, C_GC_FG, C_GC_PAGES, C_GC_RUNS, C_HOST, C_LINES_OPENED, C_MEDIA, C_OPS, C_READ,
-    C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, LINE_CLOSED,
-    LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_HOST_BUSY, M_WB_POS, RG_BMIN,
-    RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
+    C_READ_UNMAPPED, C_RU_NFW, C_RUH_UPDATES, C_STALL_NS, C_TRIM, C_TRIM_MAPPED, H_STALL, H_STALL_WRITE,
+    LINE_CLOSED, LINE_FREE, LINE_OPEN, LINE_VICTIM, M_BG_END, M_BUSY_UNTIL, M_CLOCK, M_CMD_STALL, M_HOST_BUSY,
+    M_WB_POS, RG_BMIN, RG_CLOSED, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_FREE_HEAD, RG_FREE_TAIL)
 from devicemodels.gc_policies import GREEDY, NO_POLICY, select_victim
 from devicemodels.histogram import hist_record
 from devicemodels.jit import kernel
@@ -522,6 +523,8 @@ def _new_user_line(st, g, rg, f, ruh, t_ready, err, tmp):
             stall = t_gc - t_ready
             st.ctr[C_STALL_NS] += stall
             hist_record(st.hist[H_STALL], stall)
+            if stall > st.misc[M_CMD_STALL]:
+                st.misc[M_CMD_STALL] = stall
             t_ready = t_gc
     if st.fr_line[f] < 0:
         _open(st, g, rg, f, ruh)
@@ -651,6 +654,9 @@ def ftl_submit(st, g, op, lba, npages, pid, arrival, done, err):
                                     t_ready, M_BUSY_UNTIL, M_WB_POS)
                     if e > d:
                         d = e
+            if misc[M_CMD_STALL]:  # the command waited for foreground GC: its longest stall, once
+                hist_record(hist[H_STALL_WRITE], misc[M_CMD_STALL])
+                misc[M_CMD_STALL] = 0
             ctr[C_HOST] += npages[i]
             ctr[C_MEDIA] += npages[i]
         elif o == OP_READ:

@@ -38,8 +38,8 @@ RG_FREE_HEAD, RG_FREE_TAIL, RG_FIFO_HEAD, RG_FIFO_TAIL, RG_CLOSED, RG_BMIN = ran
 RG_FIELDS = 6
 
 # misc scalars (State.misc)
-M_CLOCK, M_BUSY_UNTIL, M_WB_POS, M_HOST_BUSY, M_BG_END = range(5)
-M_FIELDS = 5
+M_CLOCK, M_BUSY_UNTIL, M_WB_POS, M_HOST_BUSY, M_BG_END, M_CMD_STALL = range(6)
+M_FIELDS = 6  # M_CMD_STALL: the longest foreground-GC stall of the write command being served
 
 # one op counter per op code (``ctr[C_OPS + op]``), the same in every flash device's counters
 OP_COUNTER_NAMES = tuple(f"ops_{name}" for name in OP_NAMES)
@@ -68,9 +68,12 @@ COUNTER_NAMES = (
 N_COUNTERS = len(COUNTER_NAMES)
 assert C_OPS + len(OP_NAMES) == N_COUNTERS
 
-# latency histogram rows: one per op code, then one for foreground-GC stalls
+# latency histogram rows: one per op code, then one for foreground-GC stalls (a value per stall: a host page that
+# waited for GC to free a line), then one per host write command that waited for foreground GC (its longest
+# stall: the stalls of one command's pages overlap in time, each counted from when its page was ready)
 H_STALL = len(OP_NAMES)
-N_HIST = H_STALL + 1
+H_STALL_WRITE = H_STALL + 1
+N_HIST = H_STALL + 2
 
 
 class Geo(NamedTuple):

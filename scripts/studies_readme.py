@@ -22,7 +22,7 @@ def section(study_dir: Path) -> str:
     import pandas as pd
 
     from testbed.study import table
-    from testbed.study.report import findings, pivot_markdown
+    from testbed.study.report import findings, interval_note, pivot_markdown
 
     doc = json.loads((study_dir / "study.json").read_text())
     df = table.load(study_dir)
@@ -34,7 +34,7 @@ def section(study_dir: Path) -> str:
     out += [f"- {s}" for s in findings(df, doc)] + [""]
     piv = pivot_markdown(summary, doc)
     if piv:
-        out += ["<details><summary>end-to-end WAF by hint policy (mean ± 95% CI over seeds)</summary>", "",
+        out += [f"<details><summary>end-to-end WAF by hint policy ({interval_note(summary)})</summary>", "",
                 piv, "", "</details>", ""]
     return "\n".join(out)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from testbed import humanize
+from testbed import humanize, labels
 from testbed.results import Run
 
 
@@ -48,7 +48,10 @@ def compare(runs: list[Run]) -> list[dict[str, Any]]:
             "media_bytes_written": j.get("media_bytes_written"),
             "gc_count": j.get("gc_count"),
             "gc_bytes_moved": (j.get("gc") or {}).get("bytes_moved"),
-            "gc_stall_ns": j.get("gc_stall_ns"),
+            "gc_stall_ns": j.get("gc_stall_ns"),  # a sum over stalls (old name of gc_stall_total_ns)
+            "gc_stall_total_ns": j.get("gc_stall_ns"),
+            **_stall(j.get("gc_stall")),
+            **_saturation(j.get("saturation")),
             "erases": j.get("erases"),
             "zone_resets": j.get("zone_resets"),
             "host_gc_relocated_bytes": (j.get("host_gc") or {}).get("relocated_bytes"),
@@ -85,6 +88,21 @@ def _setting(name: str, v: Any) -> str:
     return str(v)
 
 
+def _stall(gs: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-write GC stall figures (None for a run saved before they existed)."""
+    w = (gs or {}).get("stalled_write_wait_ns") or {}
+    return {"gc_stalled_write_cmds_ratio": (gs or {}).get("stalled_write_cmds_ratio"),
+            "gc_stall_wait_p99_ns": w.get("p99"), "gc_stall": gs}
+
+
+def _saturation(sat: dict[str, Any] | None) -> dict[str, Any]:
+    """Was the device keeping up (None for a run saved before the figures existed)."""
+    sat = sat or {}
+    return {"saturated": sat.get("saturated"), "backlogged_ratio": sat.get("backlogged_ratio"),
+            "busy_ratio": sat.get("busy_ratio"), "longest_backlog_ns": sat.get("longest_backlog_ns"),
+            "saturation": sat or None}
+
+
 def _ttft(req: dict[str, Any] | None) -> dict[str, Any]:
     if not req:
         return {}
@@ -111,7 +129,9 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
         ("WAF", lambda r: _waf(r["end_to_end_waf"])),
         ("change", lambda r: "-" if r["waf_change_vs_first"] is None else f"{100 * r['waf_change_vs_first']:+.1f}%"),
         ("GC moved", lambda r: fmt_bytes(r["gc_bytes_moved"])),
-        ("GC stall", lambda r: fmt_ns(r["gc_stall_ns"])),
+        ("GC stall (sum)", lambda r: fmt_ns(r["gc_stall_total_ns"])),
+        ("writes stalled", lambda r: labels.stalled_share(r["gc_stall"])),
+        ("stall p99", lambda r: fmt_ns(r["gc_stall_wait_p99_ns"])),
     ]
     if host_gc:
         cols += [("zone resets", lambda r: f"{r['zone_resets'] or 0:,}"),
@@ -125,6 +145,14 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
     ]
     if any("ttft_p50_ns" in r for r in rows):
         cols += [("TTFT p50", lambda r: fmt_ns(r.get("ttft_p50_ns"))), ("TTFT p99", lambda r: fmt_ns(r.get("ttft_p99_ns")))]
+    cols.append(("backlogged", lambda r: labels.saturation_cell(r["saturation"])))
+    notes = ["GC stall (sum): summed over stalls, which overlap in time; writes stalled: share of the device's "
+             "write commands that waited for foreground GC; stall p99: among those; backlogged: share of the "
+             "span during which an op in flight had waited longer than the run's saturation_wait_ns"]
+    notes += [f"[red]{Path(r['run']).name}" + (f" ({r['tier']})" if "ttft_p50_ns" in r else "") +
+              f": {labels.saturation_warning(r['saturation'])}[/red]" for r in rows if r["saturated"]]
+    t.caption = "\n".join(notes)
+    t.caption_justify = "left"
     for name, _ in cols:
         t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
     for r in rows:

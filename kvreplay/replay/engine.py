@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from devicemodels import DEVICES, jit
+from devicemodels import saturation as SAT
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from kvreplay import schema as S
 from kvreplay.faults import CONTRACTS
@@ -258,6 +259,7 @@ class Replay:
         self._slots = np.zeros(rp.queue_depth, np.int64)
         self._last_arrival = 0
         self.H, W = R.new_hists()
+        self.sat = SAT.new_state()  # busy/backlogged time from arrivals and completions (job "saturation")
         seg_acc = np.zeros(R.ACC_N, np.int64)
         win_acc = np.zeros(R.ACC_N, np.int64)
         self.total_acc = np.zeros(R.ACC_N, np.int64)
@@ -312,6 +314,7 @@ class Replay:
             ev = item.events
             R.record_segment(ops["op"], ops["src"], ops["event"], done, ops["arrival_ns"], ev.act, ev.first,
                              ev.done, self.H, W, seg_acc, ops["npages"])
+            SAT.record(ops["arrival_ns"], done, rp.saturation_wait_ns, self.sat)
             if self.fault_run is not None:
                 self.fault_run.record(ops, done, ev.row)
             self.stage_s["device"] += t1 - t0

@@ -33,6 +33,15 @@ class ReplayParams:
                                           "bandwidth; 0 = keep the flash defaults")
     strict_capacity: bool = param(True, "refuse a device smaller than the tier's peak live data; false = let the "
                                         "layout evict by the tier's policy when full")
+    saturation_wait_ns: int = param(
+        2_000_000_000,
+        "an op in flight longer than this (arrival to now) means the device is backlogged: it is behind the "
+        "arrivals, and latency past this is queueing (result.json job 'saturation'). Default 2 s: above every "
+        "single foreground-GC stall of the demo and Mooncake runs that keep up (0.65-1.53 s; one GC's own "
+        "work at the replay's 1 MiB mapping unit is 50-150 ms)", quiet_default=True)
+    saturation_backlog_ratio: float = param(
+        0.01, "flag the run 'saturated' when the device was backlogged (saturation_wait_ns) for at least this "
+              "share of the replay span (first arrival to last completion); open loop only", quiet_default=True)
 
     def validate(self) -> "ReplayParams":
         check_fields(self)
@@ -50,6 +59,10 @@ class ReplayParams:
             raise KvbedError(f"queue_depth must be >= 1, got {self.queue_depth}")
         if not (0.0 <= self.write_utilization <= 1.0):
             raise KvbedError(f"write_utilization must be in [0, 1], got {self.write_utilization}")
+        if self.saturation_wait_ns < 0:
+            raise KvbedError(f"saturation_wait_ns must be >= 0, got {self.saturation_wait_ns}")
+        if not (0.0 <= self.saturation_backlog_ratio <= 1.0):
+            raise KvbedError(f"saturation_backlog_ratio must be in [0, 1], got {self.saturation_backlog_ratio}")
         if self.window_ns < 0:
             raise KvbedError(f"window_ns must be >= 0, got {self.window_ns}")
         return self

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from devicemodels import saturation as SAT
 from devicemodels.histogram import NBUCKETS, LatencyHistogram
 from devicemodels.summary import io_entry
 from kvreplay.layout.actions import ACTION_NAMES
@@ -100,7 +101,8 @@ def job_entry(rp: Any, rows_done: int) -> dict[str, Any]:
     job["gc"] = {k: gc[k] for k in ("runs", "fg_runs", "bg_runs", "pages_moved", "bytes_moved", "fg_stall_ns")
                  if k in gc}
     job["gc_count"] = gc.get("runs", 0)
-    job["gc_stall_ns"] = gc.get("fg_stall_ns", 0)
+    job["gc_stall_ns"] = gc.get("fg_stall_ns", 0)  # a SUM over stalls (kept for old readers): gc_stall.total_ns
+    job["gc_stall"] = gc_stall(gc, c, int(rp.total_acc[4]) + hist["gc_write"].n)
     job["erases"] = c.get("block_erases", 0)
     job["zone_resets"] = lay.get("zone_resets", 0)
     job["host_gc"] = {
@@ -122,12 +124,36 @@ def job_entry(rp: Any, rows_done: int) -> dict[str, Any]:
                      "evict_policy_recorded": rp.evict_policy_source}
     job["hint_policy"] = {"name": cfg.hints, "knows": rp.policy.knows, "offline": rp.policy.needs_future,
                           **rp.policy.describe()}
+    job["saturation"] = SAT.summary(rp.sat, cfg.replay.saturation_wait_ns, cfg.replay.saturation_backlog_ratio,
+                                    cfg.replay.as_fast_as_possible)
     job["events"] = {
         "trace_rows": rp.scan.rows,
         "rows_replayed": int(rows_done),
         "tier_events_by_action": {ACTION_NAMES[i]: int(v) for i, v in enumerate(mk.action_counts) if i},
     }
     return job
+
+
+def gc_stall(gc: dict[str, Any], counters: dict[str, int], write_ops: int) -> dict[str, Any]:
+    """The job's foreground-GC stall figures, each named for what it is (``fg_*`` of the device's stats,
+    :func:`devicemodels.ftl_device.stall_stats`): ``total_ns`` is a sum over every stall, not a span of time;
+    ``stalled_write_cmds_ratio`` is of ``write_cmds``, the write commands the device served (a CXL-SSD's:
+    its flash's write-backs); ``stalled_write_wait_ns`` is the wait of each stalled command (its longest
+    stall), so its percentiles are among the commands that waited only (None when none did). A device
+    without GC (zns, dram, cxl) reports 0 stalls of its write commands."""
+    writes = gc.get("write_cmds", counters.get("ops_write", write_ops))
+    stalled = gc.get("fg_stalled_write_cmds", 0)
+    per = gc.get("fg_stall_per_write_cmd_ns") or {}
+    pct = per.get("percentile") or {}
+    return {
+        "total_ns": gc.get("fg_stall_ns", 0),
+        "stalls": (gc.get("fg_stall_lat_ns") or {}).get("N", 0),
+        "write_cmds": writes,
+        "stalled_write_cmds": stalled,
+        "stalled_write_cmds_ratio": stalled / writes if writes else 0.0,
+        "stalled_write_wait_ns": {"p50": pct.get("50.000000"), "p99": pct.get("99.000000"), "max": per.get("max"),
+                                  "mean": per.get("mean")} if stalled else None,
+    }
 
 
 def build_result(rp: Any, job: dict[str, Any], rows_done: int, incomplete: bool) -> dict[str, Any]:

@@ -98,7 +98,17 @@ def _print_summary(res: dict) -> None:
     if "gc" in job:
         g = job["gc"]
         click.echo(f"  GC: runs={g['runs']} (fg={g['fg_runs']}, bg={g['bg_runs']}), pages moved={g['pages_moved']}, "
-                   f"valid/victim={g['valid_pages_per_victim_mean']:.1f}, fg stall total={_fmt_ns(g['fg_stall_ns'])}")
+                   f"valid/victim={g['valid_pages_per_victim_mean']:.1f}")
+        line = f"  fg GC stall: total={_fmt_ns(g['fg_stall_ns'])} (sum over {g['fg_stall_lat_ns']['N']} stalls)"
+        if "write_cmds" in g:  # per write command: how many waited (of all), and how long (among them)
+            line += (f", write cmds stalled={g['fg_stalled_write_cmds']} of {g['write_cmds']} "
+                     f"({100 * g['fg_stalled_write_cmds_ratio']:.3f}%)")
+            w = g["fg_stall_per_write_cmd_ns"]
+            if w["N"]:
+                p = w["percentile"]
+                line += (f", wait among them p50={_fmt_ns(p['50.000000'])} p99={_fmt_ns(p['99.000000'])} "
+                         f"max={_fmt_ns(w['max'])}")
+        click.echo(line)
     if "zones" in job:
         z = job["zones"]
         click.echo(f"  zones: resets={z['resets']}, finishes={z['finishes']}, open={z['open']}, active={z['active']}, "

@@ -249,6 +249,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
     elif not quiet:
         _print_summary(_console(), job, parts, run_dir)
+    _warn_saturated(parts["result"]["jobs"])
     res = parts["result"]
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
@@ -301,6 +302,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         click.echo(json.dumps(_tiers_summary(parts), indent=2, default=str))
     elif not quiet:
         _print_tiers_summary(_console(), parts, run_dir)
+    _warn_saturated(res["jobs"])
     if res.get("error"):
         raise KvbedError(f"{res['error']} (partial result in {run_dir})")
     if res.get("interrupted"):
@@ -327,6 +329,17 @@ def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:
     return f"while {phase}: the run is written whole {what}, marked incomplete, in {run_dir}"
 
 
+def _warn_saturated(jobs: list[dict[str, Any]]) -> None:
+    """One stderr line per saturated job (also with --quiet and --json): its tails are queueing."""
+    from testbed.labels import saturation_warning
+
+    for j in jobs:
+        w = saturation_warning(j.get("saturation"))
+        if w:
+            tier = f" (tier {j['tier']})" if len(jobs) > 1 else ""
+            click.echo(f"kvbed: warning{tier}: {w}", err=True)
+
+
 def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
     res = parts["result"]
     req = res.get("requests") or {}
@@ -335,7 +348,8 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
         "tiers": {j["tier"]: {"device": j["device"], "hints": j["hints"], "waf": j["waf"],
                               "hit_ratio": (req.get("tiers") or {}).get(j["tier"], {}).get("hit_ratio"),
                               "object_read_p50_ns": pct((j.get("object_read") or {}).get("lat_ns"), "50.000000"),
-                              "object_read_p99_ns": pct((j.get("object_read") or {}).get("lat_ns"), "99.000000")}
+                              "object_read_p99_ns": pct((j.get("object_read") or {}).get("lat_ns"), "99.000000"),
+                              "gc_stall": j.get("gc_stall"), "saturation": j.get("saturation")}
                   for j in res["jobs"]},
         "on_hit": req.get("on_hit"),
         "ttft": {m: {"mean_ns": v["ttft_ns"]["mean"], "p50_ns": pct(v["ttft_ns"], "50.000000"),
@@ -347,16 +361,20 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> None:
+    from testbed.labels import saturation_cell
     from testbed.report import fmt_ns
 
     s = _tiers_summary(parts)
     t = Table(title="multi-tier replay")
-    for col in ("tier", "device", "hints", "WAF", "hit ratio", "load p50", "load p99"):
+    for col in ("tier", "device", "hints", "WAF", "hit ratio", "load p50", "load p99", "writes GC-stalled",
+                "backlogged"):
         t.add_column(col)
     for tier, r in s["tiers"].items():
+        gs = r["gc_stall"] or {}
         t.add_row(tier, r["device"], r["hints"], f"{r['waf']:.4f}" if r["waf"] is not None else "-",
                   f"{r['hit_ratio']:.3f}" if r["hit_ratio"] is not None else "-",
-                  fmt_ns(r["object_read_p50_ns"]), fmt_ns(r["object_read_p99_ns"]))
+                  fmt_ns(r["object_read_p50_ns"]), fmt_ns(r["object_read_p99_ns"]),
+                  f"{100 * gs['stalled_write_cmds_ratio']:.2f}%" if gs else "-", saturation_cell(r["saturation"]))
     con.print(t)
     q = Table(title=f"TTFT estimate (headline: on-hit {s['on_hit']})")
     for col in ("on hit", "mean", "p50", "p99"):
@@ -372,7 +390,9 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
     pct = lambda e, p: (e or {}).get("lat_ns", {}).get("percentile", {}).get(p)  # noqa: E731
     return {
         "device": job["device"], "hints": job["hints"], "waf": job["waf"], "host_waf": job["host_waf"],
-        "end_to_end_waf": job["end_to_end_waf"], "gc_count": job["gc_count"], "gc_stall_ns": job["gc_stall_ns"],
+        "end_to_end_waf": job["end_to_end_waf"], "gc_count": job["gc_count"],
+        "gc_stall_ns": job["gc_stall_ns"],  # a sum over stalls: gc_stall.total_ns
+        "gc_stall": job.get("gc_stall"), "saturation": job.get("saturation"),
         "erases": job["erases"], "zone_resets": job["zone_resets"],
         "object_read_p99_ns": pct(job.get("object_read"), "99.000000"),
         "write_p99_ns": pct(job.get("write"), "99.000000"),
@@ -386,6 +406,7 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run_dir: Path) -> None:
+    from testbed import labels
     from testbed.report import fmt_bytes, fmt_ns
 
     res = parts["result"]
@@ -397,7 +418,11 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
         t.add_row("WAF (host GC)", f"{job['host_waf']:.4f}")
         t.add_row("WAF (end to end)", f"{job['end_to_end_waf']:.4f}")
     t.add_row("user / media written", f"{fmt_bytes(job['user_bytes_written'])} / {fmt_bytes(job['media_bytes_written'])}")
-    t.add_row("GC runs / stall", f"{job['gc_count']} / {fmt_ns(job['gc_stall_ns'])}")
+    gs = job.get("gc_stall")
+    t.add_row("GC runs", f"{job['gc_count']:,}")
+    t.add_row("GC stall, total", labels.stall_total(gs, job["gc_stall_ns"]))
+    if gs:
+        t.add_row("writes that waited for GC", labels.stalled_writes(gs))
     if job.get("zone_resets"):
         t.add_row("zone resets / host GC relocated", f"{job['zone_resets']} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
     t.add_row("erases", str(job["erases"]))
@@ -407,6 +432,10 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
             continue
         p = e["lat_ns"]["percentile"]
         t.add_row(f"{name} p50/p99/p99.9", f"{fmt_ns(p['50.000000'])} / {fmt_ns(p['99.000000'])} / {fmt_ns(p['99.900000'])}")
+    sat = job.get("saturation")
+    if sat:
+        warn = labels.saturation_warning(sat)
+        t.add_row("device load", f"[red]{warn}[/red]" if warn else labels.saturation(sat))
     lay = job["layout"]
     if lay.get("forced_evictions"):
         t.add_row("forced evictions", f"{lay['forced_evictions']} ({lay['read_misses']} later reads missed)")

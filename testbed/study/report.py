@@ -5,8 +5,9 @@ on a copy of the directory writes the same bytes.
 Plots (``[study] plots``):
 
 - ``waf_by_hints``: end-to-end WAF by hint policy, per device and setting of the other axes, with 95% CI bars;
-- ``waf_vs_axis``: end-to-end WAF and object-load p99 against each numeric axis, a line per hint policy;
-- ``gc_stall_by_hints``: foreground GC stall by hint policy, like ``waf_by_hints``;
+- ``waf_vs_axis``: end-to-end WAF and object-load p99 against each numeric axis, a line per hint policy (a
+  red x on a load p99 whose device was saturated in some seed: that tail is queueing);
+- ``gc_stall_by_hints``: foreground GC stall, the sum over stalls, by hint policy, like ``waf_by_hints``;
 - ``per_ruh_bytes``: host bytes per FDP reclaim unit handle, one point per hint policy.
 
 The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it.
@@ -38,6 +39,8 @@ def _fmt(metric: str, v: Any) -> str:
         return fmt_bytes(v, sig3=True)
     if "waf" in metric:
         return f"{v:.4f}"
+    if metric.endswith("_ratio"):
+        return f"{100 * v:.2f}%"
     if isinstance(v, float) and not v.is_integer():
         return f"{v:.3g}"
     return f"{int(v):,}"
@@ -64,9 +67,20 @@ def _agg(df: Any, keys: list[str], metric: str) -> Any:
     ok = df[df["status"] == "ok"]
     g = ok.groupby(keys, sort=False, dropna=False)[metric]
     out = g.agg(["mean", "std", "count"]).reset_index()
-    out["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s else 0.0
+    # no interval from fewer than 2 seeds: NaN, never a zero-width interval that reads as a certain value
+    out["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s else float("nan")
                    for s, n in zip(out["std"], out["count"])]
     return out
+
+
+def interval_note(summary: Any) -> str:
+    """What a summary's '±' stands for: the 95% CI over seeds, and which rows have none (fewer than 2 seeds)."""
+    n = summary["n"] if "n" in getattr(summary, "columns", ()) else []
+    if len(n) and (n < 2).all():
+        return "mean; 1 seed: no interval"
+    if len(n) and (n < 2).any():
+        return "mean ± 95% CI over seeds; rows from 1 seed: no interval"
+    return "mean ± 95% CI over seeds"
 
 
 def _png(fig: Any) -> bytes:
@@ -100,15 +114,29 @@ def _bars(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: float =
         for k, h in enumerate(hints):
             sel = d[d["policy"] == h]
             vals = {_label(r, cols): (r["mean"] * scale, r["ci95"] * scale) for _, r in sel.iterrows()}
-            ys = [vals.get(g, (np.nan, 0))[0] for g in groups]
-            es = [vals.get(g, (np.nan, 0))[1] for g in groups]
-            ax.bar(x + (k - (len(hints) - 1) / 2) * width, ys, width, yerr=es, capsize=2, label=h)
+            ys = [vals.get(g, (np.nan, np.nan))[0] for g in groups]
+            es = [vals.get(g, (np.nan, np.nan))[1] for g in groups]
+            ax.bar(x + (k - (len(hints) - 1) / 2) * width, ys, width, label=h)
+            xs = [xv for xv, e in zip(x + (k - (len(hints) - 1) / 2) * width, es) if e == e]
+            if xs:  # 95% CI bars only where there is one (2 seeds or more)
+                ax.errorbar(xs, [y for y, e in zip(ys, es) if e == e], yerr=[e for e in es if e == e], fmt="none",
+                            ecolor="black", capsize=2)
         ax.set_xticks(x, groups, rotation=20, ha="right", fontsize=8)
-        ax.set_title(dev, fontsize=10)
+        ax.set_title(dev + _no_interval_note(d), fontsize=10)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=min(len(hints), 6))
     return _png(fig)
+
+
+def _no_interval_note(a: Any) -> str:
+    """A plot title's note when some of its means come from 1 seed (drawn without an interval)."""
+    n = a["count"]
+    if len(n) and (n < 2).all():
+        return " (1 seed: no interval)"
+    if len(n) and (n < 2).any():
+        return " (bars without an interval: 1 seed)"
+    return " (95% CI over seeds)"
 
 
 def _numeric_axes(df: Any, doc: dict[str, Any]) -> list[str]:
@@ -132,6 +160,11 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
     others = [c for c in _setting_cols(doc) if c != axis]
     a_waf = _agg(df, ["device", *others, "policy", axis], "end_to_end_waf")
     a_lat = _agg(df, ["device", *others, "policy", axis], "load_p99_ns")
+    if "saturated" in df.columns:  # a group whose device was saturated in some seed
+        sat = _agg(df, ["device", *others, "policy", axis], "saturated")
+        a_lat["saturated"] = (sat["mean"].fillna(0) > 0).to_numpy() if len(sat) == len(a_lat) else False
+    else:
+        a_lat["saturated"] = False
     if a_waf.empty:
         return None
     facets = list(dict.fromkeys((r["device"], _label(r, others)) for _, r in a_waf.iterrows()))[:6]
@@ -142,13 +175,22 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
             sel = a[(a["device"] == dev).to_numpy() & np.array([_label(r, others) == lab for _, r in a.iterrows()])]
             for h in dict.fromkeys(sel["policy"]):
                 s = sel[sel["policy"] == h].sort_values(axis)
-                ax.errorbar(s[axis].astype(float), s["mean"] * scale, yerr=s["ci95"] * scale, marker="o",
-                            ms=3, capsize=2, label=h)
+                xv, yv, ci = (s[axis].to_numpy(float), s["mean"].to_numpy(float) * scale,
+                              s["ci95"].to_numpy(float) * scale)
+                (line,) = ax.plot(xv, yv, marker="o", ms=3, label=h)
+                has = ~np.isnan(ci)  # a CI bar only where there is one (2 seeds or more)
+                if has.any():
+                    ax.errorbar(xv[has], yv[has], yerr=ci[has], fmt="none", ecolor=line.get_color(), capsize=2)
+                if "saturated" in s.columns and s["saturated"].any():
+                    m = s["saturated"].to_numpy(bool)
+                    ax.scatter(xv[m], yv[m], marker="x", s=60, color="red", zorder=3)
             ax.set_xlabel(axis.split(".")[-1])
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
+            if i == 1 and "saturated" in sel.columns and sel["saturated"].any():
+                ax.set_title("red x: device saturated (the tail is queueing)", fontsize=8, color="red")
             if i == 0:
-                ax.set_title(f"{dev}" + (f" ({lab})" if others else ""), fontsize=9)
+                ax.set_title(f"{dev}" + (f" ({lab})" if others else "") + _no_interval_note(sel), fontsize=9)
                 ax.legend(fontsize=7)
     return _png(fig)
 
@@ -199,7 +241,9 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
             for _, r in d[d["policy"] == h].iterrows():
                 b = base.get(_label(r, cols))
                 if b is not None and b["mean"]:
-                    sig = abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"]
+                    # None: a side has 1 seed, so no interval and no claim either way
+                    sig = None if r["ci95"] != r["ci95"] or b["ci95"] != b["ci95"] else \
+                        bool(abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"])
                     changes.append(((r["mean"] - b["mean"]) / b["mean"], _label(r, cols), b["mean"], r["mean"], sig))
             if changes:
                 mean = sum(c[0] for c in changes) / len(changes)
@@ -207,33 +251,72 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
         if not ranked:
             continue
         ranked.sort()
-        if not any(c[4] for _, _, ch in ranked for c in ch):
+        every = [c[4] for _, _, ch in ranked for c in ch]
+        if all(v is False for v in every):
             out.append(f"On {dev}, no hint policy changes end-to-end WAF beyond the 95% intervals against none "
                        f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings).")
             continue
         lines = []
         for mean, h, ch in ranked:
             lo, hi = min(ch), max(ch)
-            sig = sum(c[4] for c in ch)
             where = f"; most at {lo[1]} ({100 * lo[0]:+.1f}%: {lo[2]:.4f} -> {lo[3]:.4f}), least at {hi[1]} " \
                     f"({100 * hi[0]:+.1f}%)" if len(ch) > 1 else f" ({ch[0][2]:.4f} -> {ch[0][3]:.4f})"
-            lines.append(f"{h} {100 * mean:+.1f}% on average over {len(ch)} setting(s){where}; "
-                         f"{sig} of {len(ch)} beyond the 95% intervals")
+            lines.append(f"{h} {100 * mean:+.1f}% on average over {len(ch)} setting(s){where}; {_beyond(ch)}")
         best = ranked[0]
+        none_sig = all(v is None for v in every)
         out.append(f"On {dev}, {best[1]} hints change end-to-end WAF the most against none "
-                   f"({100 * best[0]:+.1f}% on average over the settings).")
+                   f"({100 * best[0]:+.1f}% on average over the settings)" +
+                   ("; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation." if none_sig
+                    else "."))
         out += [f"{dev}, {line}." for line in lines]
+    out += _saturation_findings(df)
     return out
 
 
+def _saturated(df: Any) -> Any:
+    """The finished points whose device was saturated."""
+    if "saturated" not in df.columns:
+        return df.iloc[0:0]
+    return df[(df["status"] == "ok") & (df["saturated"] == 1)]
+
+
+def _saturation_findings(df: Any) -> list[str]:
+    """A sentence when points ran on a saturated device: their latency is queueing, not single GC stalls."""
+    from testbed.labels import QUEUEING
+
+    sat = _saturated(df)
+    if sat.empty:
+        return []
+    ok = int((df["status"] == "ok").sum())
+    worst = sat.sort_values("backlogged_ratio", ascending=False).iloc[0]
+    return [f"{len(sat)} of {ok} points ran on a saturated device (listed under 'Saturated points'; the most "
+            f"backlogged {100 * worst['backlogged_ratio']:.1f}% of its span, policy {worst['policy']}): their "
+            f"{QUEUEING}."]
+
+
+def _beyond(ch: list[tuple]) -> str:
+    """'2 of 3 beyond the 95% intervals', counting only the settings where both sides have an interval."""
+    with_ci = [c for c in ch if c[4] is not None]
+    if not with_ci:
+        return "1 seed: no interval"
+    text = f"{sum(c[4] for c in with_ci)} of {len(with_ci)} beyond the 95% intervals"
+    if len(with_ci) < len(ch):
+        text += f" ({len(ch) - len(with_ci)} more from 1 seed: no interval)"
+    return text
+
+
 def _md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
-    head = cols + ["n"] + metrics
+    sat = "saturated_points" in df.columns and bool((df["saturated_points"].fillna(0) > 0).any())
+    head = cols + ["n"] + metrics + (["saturated"] if sat else [])
     lines = ["| " + " | ".join(c.split(".")[-1] for c in head) + " |", "|" + "---|" * len(head)]
     for _, r in df.iterrows():
         cells = [str(r[c]) for c in cols] + [str(int(r["n"]))]
         for m in metrics:
             mean, ci = r.get(f"{m}_mean"), r.get(f"{m}_ci95")
             cells.append(_fmt(m, mean) + (f" ± {_fmt(m, ci)}" if ci is not None and ci == ci else ""))
+        if sat:
+            k = int(r["saturated_points"]) if r["saturated_points"] == r["saturated_points"] else 0
+            cells.append(f"**{k} of {int(r['n'])}**" if k else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -282,7 +365,7 @@ def write_report(study_dir: Path) -> list[Path]:
             if png:
                 plots["waf_by_hints.png"] = png
         elif name == "gc_stall_by_hints":
-            png = _bars(df, doc, "gc_stall_ns", "foreground GC stall (s)", 1e-9)
+            png = _bars(df, doc, "gc_stall_ns", "foreground GC stall,\nsum over stalls (s)", 1e-9)
             if png:
                 plots["gc_stall_by_hints.png"] = png
         elif name == "waf_vs_axis":
@@ -314,10 +397,18 @@ def write_report(study_dir: Path) -> list[Path]:
     md += [overview, "", "## Findings", ""]
     md += [f"- {s}" for s in found] + [""]
     by_hints = pivot_markdown(summary, doc)
+    note = interval_note(summary)
     if by_hints:
-        md += ["## End-to-end WAF by hint policy (mean ± 95% CI over seeds)", "", by_hints, ""]
-    md += ["## Summary (mean ± 95% CI over seeds)", ""]
+        md += [f"## End-to-end WAF by hint policy ({note})", "", by_hints, ""]
+    md += [f"## Summary ({note})", ""]
     md += [_md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
+    sat = _saturated(df)
+    if not sat.empty:
+        md += ["## Saturated points", "", "The device was backlogged (an op in flight longer than the run's "
+               "saturation_wait_ns) for at least saturation_backlog_ratio of the replay span: latency tails "
+               "measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.", ""]
+        md += [f"- `{r['run_dir']}` ({_label(r, [*cols, 'policy'])}, seed {r['seed']}): backlogged "
+               f"{100 * r['backlogged_ratio']:.1f}% of the span" for _, r in sat.iterrows()] + [""]
     if not failed.empty:
         md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, [*cols, 'policy'])}, seed {r['seed']}): "
                                            f"{r['error']}" for _, r in failed.iterrows()] + [""]
@@ -331,9 +422,14 @@ def write_report(study_dir: Path) -> list[Path]:
     if doc["description"]:
         body.append(f"<p>{html.escape(doc['description'])}</p>")
     body.append(f"<p>{html.escape(overview)}</p><h2>Findings</h2><ul>")
-    body += [f"<li>{html.escape(s)}</li>" for s in found] + ["</ul><h2>Summary (mean ± 95% CI over seeds)</h2>"]
+    body += [f"<li>{html.escape(s)}</li>" for s in found] + [f"</ul><h2>Summary ({html.escape(note)})</h2>"]
     if not summary.empty:
         body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
+    if not sat.empty:
+        body.append("<h2>Saturated points</h2><p>Latency tails measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.</p><ul>" + "".join(
+            f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(_label(r, [*cols, 'policy']))}, seed "
+            f"{r['seed']}): backlogged {100 * r['backlogged_ratio']:.1f}% of the span</li>"
+            for _, r in sat.iterrows()) + "</ul>")
     if not failed.empty:
         body.append("<h2>Failed points</h2><ul>" + "".join(
             f"<li><code>{html.escape(r['run_dir'])}</code>: {html.escape(str(r['error']))}</li>"

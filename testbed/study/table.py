@@ -19,7 +19,14 @@ METRICS: dict[str, str] = {
     "gc_bytes_moved": "bytes the device's GC relocated",
     "host_gc_bytes": "bytes the host's GC relocated (ZNS)",
     "gc_runs": "device GC runs",
-    "gc_stall_ns": "foreground GC stall, total",
+    "gc_stall_ns": "foreground GC stall, total: a sum over stalls (they overlap in time, so not a duration)",
+    "gc_stalled_writes_ratio": "share of the device's write commands that waited for foreground GC",
+    "gc_stall_p99_ns": "foreground-GC wait p99, among the write commands that waited",
+    "gc_stall_max_ns": "longest foreground-GC wait of a write command",
+    "saturated": "1: the device was backlogged for at least saturation_backlog_ratio of the span (latency tails "
+                 "are queueing), 0: not, empty: closed loop or not recorded",
+    "backlogged_ratio": "share of the replay span an op in flight had waited longer than saturation_wait_ns",
+    "busy_ratio": "share of the replay span with at least one op in flight",
     "erases": "block erases",
     "zone_resets": "zone resets",
     "user_bytes_written": "bytes the KV store wrote",
@@ -65,6 +72,15 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
         "gc_runs": job.get("gc_count"), "gc_stall_ns": job.get("gc_stall_ns"), "erases": job.get("erases"),
         "zone_resets": job.get("zone_resets"), "user_bytes_written": job.get("user_bytes_written"),
     }
+    gs = job.get("gc_stall") or {}
+    wait = gs.get("stalled_write_wait_ns") or {}
+    out["gc_stalled_writes_ratio"] = gs.get("stalled_write_cmds_ratio")
+    out["gc_stall_p99_ns"] = wait.get("p99")
+    out["gc_stall_max_ns"] = wait.get("max")
+    sat = job.get("saturation") or {}
+    out["saturated"] = None if sat.get("saturated") is None else int(sat["saturated"])
+    out["backlogged_ratio"] = sat.get("backlogged_ratio")
+    out["busy_ratio"] = sat.get("busy_ratio")
     fs = job.get("faults") or {}
     for k in ("loads_wrong", "loads_detected", "loads_missing", "recompute_tokens", "contract_extra_bytes_written"):
         out[k] = fs.get(k)
@@ -148,6 +164,8 @@ def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
         vals = vals if isinstance(vals, tuple) else (vals,)
         row: dict[str, Any] = dict(zip(keys, vals))
         row["n"] = len(g)
+        if "saturated" in g.columns:  # points whose device was saturated (their latency tails are queueing)
+            row["saturated_points"] = int((g["saturated"] == 1).sum())
         for m in metrics:
             x = g[m].dropna().astype(float)
             n = len(x)

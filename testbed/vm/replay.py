@@ -80,8 +80,9 @@ FIXED = {"flash": ("logical_bytes", "page_bytes"), "fdp": ("ru_bytes", "nruh", "
          "zns": ("zone_bytes", "zone_cap_bytes", "max_open_zones", "max_active_zones", "implicit_close"),
          "cxl": ("cxl_bytes", "page_bytes")}
 SOURCES_NVME = {"lat_ns": "guest", "object_lat_ns": "guest", "waf": "model", "media_bytes_written": "model",
-                "gc": "model", "erases": "model", "wear": "model", "per_ruh": "model", "zone_resets": "layout",
-                "host_gc": "layout"}
+                "gc": "model", "gc_stall": "model", "erases": "model", "wear": "model", "per_ruh": "model",
+                "zone_resets": "layout", "host_gc": "layout",
+                "saturation": "guest"}  # from the guest's completion times, as the latency
 
 
 @dataclass(frozen=True)
