@@ -249,8 +249,8 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
     elif not quiet:
         _print_summary(_console(), job, parts, run_dir)
-    _warn_saturated(parts["result"]["jobs"])
     res = parts["result"]
+    _warn_saturated(res)
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
     if res.get("interrupted"):
@@ -302,7 +302,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         click.echo(json.dumps(_tiers_summary(parts), indent=2, default=str))
     elif not quiet:
         _print_tiers_summary(_console(), parts, run_dir)
-    _warn_saturated(res["jobs"])
+    _warn_saturated(res)
     if res.get("error"):
         raise KvbedError(f"{res['error']} (partial result in {run_dir})")
     if res.get("interrupted"):
@@ -329,10 +329,14 @@ def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:
     return f"while {phase}: the run is written whole {what}, marked incomplete, in {run_dir}"
 
 
-def _warn_saturated(jobs: list[dict[str, Any]]) -> None:
-    """One stderr line per saturated job (also with --quiet and --json): its tails are queueing."""
+def _warn_saturated(res: dict[str, Any]) -> None:
+    """One stderr line per saturated job (also with --quiet and --json): its tails are queueing. Not for a run
+    that failed or was interrupted: that one ends with its own single line."""
     from testbed.labels import saturation_warning
 
+    if res.get("error") or res.get("interrupted"):
+        return
+    jobs = res["jobs"]
     for j in jobs:
         w = saturation_warning(j.get("saturation"))
         if w:
