@@ -89,7 +89,9 @@ class Replay:
     multi-tier run joins to the requests (:mod:`kvreplay.replay.ttft`); ``req_start`` (trace time each
     request started, by request id) issues every read at its request's start (:class:`Producer`).
     ``keep_media`` keeps the fault model's media map after each power loss (``fault_run.media``), which a VM
-    run holds against the guest's scan (:mod:`testbed.vm.powerloss`).
+    run holds against the guest's scan (:mod:`testbed.vm.powerloss`). ``trace_checked``: the caller ran the
+    trace's row checks already (:func:`kvreplay.validate.check_trace`: a study checks each trace once, a
+    multi-tier run in its first pass), so the scan does not repeat them.
     """
 
     def __init__(self, config: RunConfig, *, progress: Progress | None = None,
@@ -97,8 +99,9 @@ class Replay:
                  target_factory: Callable[[Any], Target] | None = None,
                  fit_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  capacity_owner: str | None = None, keep_reads: bool = False,
-                 req_start: np.ndarray | None = None, keep_media: bool = False):
+                 req_start: np.ndarray | None = None, keep_media: bool = False, trace_checked: bool = False):
         self.cfg = config
+        self.trace_checked = trace_checked
         self.keep_media = keep_media
         self.keep_reads = keep_reads
         self.req_start = req_start
@@ -127,7 +130,7 @@ class Replay:
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
                                            clock=getattr(cfg.hint_params, "clock", "bytes"),
                                            on_batch=self.progress.advance if self.progress else None,
-                                           header_bytes=self.header_bytes)
+                                           header_bytes=self.header_bytes, check=not self.trace_checked)
         self.scan_s = time.perf_counter() - t0
         sc = self.scan
         if sc.tier_events == 0:
