@@ -55,7 +55,7 @@ from testbed.core.errors import KvbedError
 VIOLATIONS = (
     ("time_backwards", "ts_ns is smaller than the previous row's"),
     ("bad_enum", "op, tier or kind code out of range"),
-    ("bad_size", "nbytes must be > 0"),
+    ("bad_size", "nbytes must be > 0 and below 2 TiB"),
     ("bad_tokens", "ntokens must be >= 0"),
     ("zero_id", "obj_id 0 is reserved (it means 'no parent')"),
     ("bad_ids", "request_id/session_id below -1"),
@@ -78,15 +78,18 @@ NV = len(VIOLATIONS)
  V_PRESENT, V_NOT_PRESENT, V_DEL_COPIES, V_SIZE_CHANGED, V_KIND_CHANGED, V_PARENT_UNKNOWN, V_PARENT_SELF) = range(NV)
 
 ST_NEW, ST_LIVE, ST_DELETED, ST_DELETING = 0, 1, 2, 3
-# An object's state is one int64 word (one memory access per event; a replay runs the row checks before
-# every run, so their cost counts): bits 0..7 = copy present in tier t; bits 8..15 = create without
-# commit in tier t; bits 16..17 = ST_*; bits 24..31 = kind of its first event. Its size sits beside it
-# (``obj[o] = (word, size)``, one cache line).
+# An object's state is one int64 word, 8 bytes per object and one memory access per event (a replay runs
+# the row checks before every run, so their cost counts): bits 0..7 = copy present in tier t; bits 8..15 =
+# create without commit in tier t; bits 16..17 = ST_*; bits 18..21 = kind of its first event; bits 22..62 =
+# its size (hence sizes below 2 TiB).
 PRODUCING_SHIFT = 8
 STATE_SHIFT = 16
-KIND_SHIFT = 24
+KIND_SHIFT = 18
+SIZE_SHIFT = 22
+MAX_NBYTES = 1 << (63 - SIZE_SHIFT)
 COPY_MASK = 0xFF
 COPIES_MASK = 0xFFFF  # present and producing
+assert len(KINDS) <= 16 and len(TIERS) <= 8
 
 
 class IdIndex:
@@ -161,31 +164,34 @@ def _check(ts, op, oi, tier, kind, nbytes, pi, ntok, req, sess, full, stop_first
     ``stop_first``: return at the first violation (vcount[NV] counts them all)."""
     n = ts.shape[0]
     lt = last_ts[0]
+    nf = 0  # violations flagged by this call
     for i in range(n):
-        if stop_first and vcount[NV] > 0:
+        if stop_first and nf > 0:
             break
         row = row0 + i
         if ts[i] < lt:
-            _flag(vrow, vcode, vcount, row, V_TIME)
+            nf += _flag(vrow, vcode, vcount, row, V_TIME)
         lt = ts[i]
         o = oi[i]
         t = tier[i]
         c = op[i]
         k = kind[i]
         if c < 0 or c >= nops or t < 0 or t >= ntiers or k < 0 or k >= nkinds:
-            _flag(vrow, vcode, vcount, row, V_ENUM)
+            nf += _flag(vrow, vcode, vcount, row, V_ENUM)
             continue
-        if nbytes[i] <= 0:
-            _flag(vrow, vcode, vcount, row, V_SIZE)
+        nb = nbytes[i]
+        if nb <= 0 or nb >= MAX_NBYTES:
+            nf += _flag(vrow, vcode, vcount, row, V_SIZE)
+            nb &= MAX_NBYTES - 1  # (stored in its bits: the size check below still sees a change)
         if full:
             if ntok[i] < 0:
-                _flag(vrow, vcode, vcount, row, V_TOKENS)
+                nf += _flag(vrow, vcode, vcount, row, V_TOKENS)
             if req[i] < -1 or sess[i] < -1:
-                _flag(vrow, vcode, vcount, row, V_IDS)
+                nf += _flag(vrow, vcode, vcount, row, V_IDS)
         if o == 0:
-            _flag(vrow, vcode, vcount, row, V_ZERO)
+            nf += _flag(vrow, vcode, vcount, row, V_ZERO)
             continue
-        w = obj[o, 0]
+        w = obj[o]
         st = (w >> STATE_SHIFT) & 3
         bit = np.int64(1) << t
         pbit = np.int64(1) << (t + PRODUCING_SHIFT)
@@ -194,62 +200,61 @@ def _check(ts, op, oi, tier, kind, nbytes, pi, ntok, req, sess, full, stop_first
                 w &= ~(bit | pbit)
                 if (w & COPIES_MASK) == 0:
                     w = _with_state(w, ST_DELETED)
-                obj[o, 0] = w
+                obj[o] = w
                 continue
-            _flag(vrow, vcode, vcount, row, V_DEL_COPIES)
-            obj[o, 0] = _with_state(w & ~COPIES_MASK, ST_DELETED)
+            nf += _flag(vrow, vcode, vcount, row, V_DEL_COPIES)
+            obj[o] = _with_state(w & ~COPIES_MASK, ST_DELETED)
             continue
         if st == ST_DELETED:
-            _flag(vrow, vcode, vcount, row, V_AFTER_DELETE)
+            nf += _flag(vrow, vcode, vcount, row, V_AFTER_DELETE)
             continue
         if st == ST_NEW:
             if c != OP_CREATE and c != OP_TRANSFORM:
-                _flag(vrow, vcode, vcount, row, V_UNKNOWN)
+                nf += _flag(vrow, vcode, vcount, row, V_UNKNOWN)
                 continue
             if full:
                 p = pi[i]
                 if p == o and p != 0:
-                    _flag(vrow, vcode, vcount, row, V_PARENT_SELF)
-                elif p < 0 or (p > 0 and (obj[p, 0] >> STATE_SHIFT) & 3 == ST_NEW):
-                    _flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN)
-                elif c == OP_TRANSFORM and (p == 0 or (obj[p, 0] >> STATE_SHIFT) & 3 != ST_LIVE):
-                    _flag(vrow, vcode, vcount, row, V_TPARENT)
-            w = (np.int64(ST_LIVE) << STATE_SHIFT) | (np.int64(k) << KIND_SHIFT)
+                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_SELF)
+                elif p < 0 or (p > 0 and (obj[p] >> STATE_SHIFT) & 3 == ST_NEW):
+                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN)
+                elif c == OP_TRANSFORM and (p == 0 or (obj[p] >> STATE_SHIFT) & 3 != ST_LIVE):
+                    nf += _flag(vrow, vcode, vcount, row, V_TPARENT)
+            w = (np.int64(ST_LIVE) << STATE_SHIFT) | (np.int64(k) << KIND_SHIFT) | (np.int64(nb) << SIZE_SHIFT)
             if c == OP_CREATE:
                 w |= pbit
-            obj[o, 0] = w
-            obj[o, 1] = nbytes[i]
+            obj[o] = w
             continue
         # live object (a reused id first: its size and kind differing follow from it)
         reused = c == OP_CREATE or c == OP_TRANSFORM
         if reused:
-            _flag(vrow, vcode, vcount, row, V_REUSED)
-        if nbytes[i] != obj[o, 1]:
-            _flag(vrow, vcode, vcount, row, V_SIZE_CHANGED)
-        if k != (w >> KIND_SHIFT) & 0xFF:
-            _flag(vrow, vcode, vcount, row, V_KIND_CHANGED)
+            nf += _flag(vrow, vcode, vcount, row, V_REUSED)
+        if nb != w >> SIZE_SHIFT:
+            nf += _flag(vrow, vcode, vcount, row, V_SIZE_CHANGED)
+        if k != (w >> KIND_SHIFT) & 15:
+            nf += _flag(vrow, vcode, vcount, row, V_KIND_CHANGED)
         if reused:
             pass
         elif c == OP_COMMIT:
             if w & pbit:
-                obj[o, 0] = (w & ~pbit) | bit
+                obj[o] = (w & ~pbit) | bit
             else:
-                _flag(vrow, vcode, vcount, row, V_COMMIT)
+                nf += _flag(vrow, vcode, vcount, row, V_COMMIT)
         elif c == OP_PERSIST or c == OP_RECOVER:
             if w & (bit | pbit):
-                _flag(vrow, vcode, vcount, row, V_PRESENT)
+                nf += _flag(vrow, vcode, vcount, row, V_PRESENT)
             else:
-                obj[o, 0] = w | bit
+                obj[o] = w | bit
         elif c == OP_LOAD or c == OP_HIT:
             if not (w & bit):
-                _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
         elif c == OP_EVICT or c == OP_INVALIDATE or c == OP_DELETE:
             if not (w & (bit | pbit)):
-                _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
             w &= ~(bit | pbit)
             if c == OP_DELETE:
                 w = _with_state(w, ST_DELETED if (w & COPIES_MASK) == 0 else ST_DELETING)
-            obj[o, 0] = w
+            obj[o] = w
     last_ts[0] = lt
 
 
@@ -266,6 +271,7 @@ def _flag(vrow, vcode, vcount, row, code):
         vcode[n] = code
     vcount[code] += 1
     vcount[NV] += 1
+    return 1
 
 
 @njit
@@ -273,7 +279,7 @@ def _never_committed(obj):
     n = 0
     mask = np.int64(0xFF) << PRODUCING_SHIFT
     for o in range(obj.shape[0]):
-        if (obj[o, 0] >> STATE_SHIFT) & 3 == ST_LIVE and (obj[o, 0] & mask) != 0:
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_LIVE and (obj[o] & mask) != 0:
             n += 1
     return n
 
@@ -282,7 +288,7 @@ def _never_committed(obj):
 def _half_deleted(obj):
     n = 0
     for o in range(obj.shape[0]):
-        if (obj[o, 0] >> STATE_SHIFT) & 3 == ST_DELETING:
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_DELETING:
             n += 1
     return n
 
@@ -291,8 +297,8 @@ def _half_deleted(obj):
 def _live_copies(obj):
     n = 0
     for o in range(obj.shape[0]):
-        if (obj[o, 0] >> STATE_SHIFT) & 3 == ST_LIVE:
-            c = obj[o, 0] & COPY_MASK
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_LIVE:
+            c = obj[o] & COPY_MASK
             while c:
                 n += c & 1
                 c >>= 1
@@ -303,7 +309,7 @@ def _live_copies(obj):
 def _objects_seen(obj):
     n = 0
     for o in range(obj.shape[0]):
-        if (obj[o, 0] >> STATE_SHIFT) & 3 != ST_NEW:
+        if (obj[o] >> STATE_SHIFT) & 3 != ST_NEW:
             n += 1
     return n
 
@@ -346,14 +352,14 @@ class ValidationReport:
 
 
 class _Objects:
-    """The per-object state (``obj[o] = (word, size)``), grown as a sparse id table grows."""
+    """The per-object state words, grown as a sparse id table grows."""
 
     def __init__(self, n: int) -> None:
-        self.obj = np.zeros((max(n, 1), 2), np.int64)
+        self.obj = np.zeros(max(n, 1), np.int64)
 
     def ensure(self, n: int) -> None:
         if n > len(self.obj):
-            new = np.zeros((max(n, 2 * len(self.obj)), 2), np.int64)
+            new = np.zeros(max(n, 2 * len(self.obj)), np.int64)
             new[: len(self.obj)] = self.obj
             self.obj = new
 

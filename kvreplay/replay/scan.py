@@ -10,7 +10,7 @@ the live-object table plus, only when a policy needs the future, 12 bytes per
 write of the tier (its lifetime and its size in mapping units).
 
 The same pass carries the trace's row checks (:class:`kvreplay.validate.RowCheck`, one more column and
-16 bytes per object), run in the reader thread while this thread scans the batch before: a trace with
+8 bytes per object), run in the reader thread while this thread scans the batch before: a trace with
 rows out of time order or events on objects that do not exist is refused before anything is sized.
 """
 
