@@ -46,6 +46,7 @@ from kvreplay.replay.prefetch import prefetched
 from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import page_bytes_of
 from kvreplay.replay.target import Target, TargetFailed
+from kvreplay.validate import RowCheck
 from testbed.core.errors import KvbedError
 
 __all__ = ["Replay", "RunConfig", "build_config", "replay", "Target", "TargetFailed"]
@@ -130,7 +131,7 @@ class Replay:
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
                                            clock=getattr(cfg.hint_params, "clock", "bytes"),
                                            on_batch=self.progress.advance if self.progress else None,
-                                           header_bytes=self.header_bytes, check=not self.trace_checked)
+                                           header_bytes=self.header_bytes, check=self.row_check())
         self.scan_s = time.perf_counter() - t0
         sc = self.scan
         if sc.tier_events == 0:
@@ -182,6 +183,13 @@ class Replay:
             self.fault_run = FaultRun(cfg.faults, self)
             if self.keep_media:
                 self.fault_run.probe = {i for i, f in enumerate(self.fault_run.faults) if f.name == "power-loss"}
+
+    def row_check(self) -> RowCheck | None:
+        """The trace's row checks for the scan to run (None: the caller ran them); the kind column only when
+        this run reads it (the hint policy, or the fault model's per-kind outcomes)."""
+        if self.trace_checked:
+            return None
+        return RowCheck(self.reader, kind="kind" in self.policy_cls.columns or self.cfg.faults.active)
 
     def columns(self) -> list[str]:
         extra = ["request_id"] if self.req_start is not None else []
