@@ -37,6 +37,8 @@ class RequestTrace:
     inv_ts_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     inv_scope: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     source: dict[str, Any] = field(default_factory=dict)
+    #: source lines the importer dropped as inconsistent, by reason (None: it was not asked to drop any)
+    dropped: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_ns)
@@ -94,4 +96,5 @@ class RequestTrace:
             "sessions": int(np.unique(sessions).size) if len(sessions) else 0,
             "tenants": len(self.tenants),
             "invalidations": len(self.inv_ts_ns),
+            **{f"lines_dropped_{why}": n for why, n in (self.dropped or {}).items()},
         }

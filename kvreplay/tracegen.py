@@ -12,12 +12,16 @@ from kvreplay.tiers.sim import TierSimParams, TierSimResult, simulate_to_file
 
 
 def import_trace(fmt: str, src: str | Path, tier: TierSimParams, out: str | Path, *,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[TierSimResult, TraceMeta]:
-    """Read a request trace with importer ``fmt`` and tier-simulate it into ``out`` (written atomically)."""
+                 progress: Callable[[int, int], None] | None = None,
+                 drop_inconsistent: bool = False) -> tuple[TierSimResult, TraceMeta]:
+    """Read a request trace with importer ``fmt`` and tier-simulate it into ``out`` (written atomically).
+    ``drop_inconsistent``: drop the source lines whose block list does not match their input length (counted
+    in the source facts) instead of refusing the file."""
     from kvreplay.importers import IMPORTERS
 
-    reqs = IMPORTERS.get(fmt)().read_requests(src)
-    meta = TraceMeta(source=reqs.source, source_facts=reqs.facts(), generator={"importer": fmt})
+    reqs = IMPORTERS.get(fmt)(drop_inconsistent=drop_inconsistent).read_requests(src)
+    generator = {"importer": fmt, **({"drop_inconsistent": True} if drop_inconsistent else {})}
+    meta = TraceMeta(source=reqs.source, source_facts=reqs.facts(), generator=generator)
     return simulate_to_file(reqs, tier, out, meta, progress=progress), meta
 
 

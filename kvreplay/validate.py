@@ -19,13 +19,16 @@ per-object state survives across row groups:
   copies at the end of the trace
 
 At the end, objects created but never committed are reported as a count.
+
+The same kernel, without the checks that need parent_id/ntokens/request_id/session_id and stopping at
+the first violation, runs before every replay and study (:class:`RowCheck`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 from devicemodels.jit import njit
@@ -44,6 +47,7 @@ from kvreplay.schema import (
     OP_TRANSFORM,
     OPS,
     TIERS,
+    EventBatch,
     TraceReader,
 )
 from testbed.core.errors import KvbedError
@@ -51,7 +55,7 @@ from testbed.core.errors import KvbedError
 VIOLATIONS = (
     ("time_backwards", "ts_ns is smaller than the previous row's"),
     ("bad_enum", "op, tier or kind code out of range"),
-    ("bad_size", "nbytes must be > 0"),
+    ("bad_size", "nbytes must be > 0 and below 2 TiB"),
     ("bad_tokens", "ntokens must be >= 0"),
     ("zero_id", "obj_id 0 is reserved (it means 'no parent')"),
     ("bad_ids", "request_id/session_id below -1"),
@@ -59,7 +63,7 @@ VIOLATIONS = (
     ("id_reused", "create/transform of an id that already exists"),
     ("transform_parent_dead", "transform from a parent that is not live"),
     ("commit_without_create", "commit without a create of the object in this tier"),
-    ("unknown_object", "persist/recover/load/hit of an object never created or transformed"),
+    ("unknown_object", "event on an object never created or transformed"),
     ("already_present", "persist/recover into a tier that already holds a copy"),
     ("not_present", "load/hit/evict/invalidate/delete in a tier without a copy (never persisted, or already removed)"),
     ("delete_incomplete", "event between the deletes of an object's copies"),
@@ -74,7 +78,18 @@ NV = len(VIOLATIONS)
  V_PRESENT, V_NOT_PRESENT, V_DEL_COPIES, V_SIZE_CHANGED, V_KIND_CHANGED, V_PARENT_UNKNOWN, V_PARENT_SELF) = range(NV)
 
 ST_NEW, ST_LIVE, ST_DELETED, ST_DELETING = 0, 1, 2, 3
-PRODUCING_SHIFT = 8  # bits 0..7 = copy present in tier t; bits 8..15 = create without commit in tier t
+# An object's state is one int64 word, 8 bytes per object and one memory access per event (a replay runs
+# the row checks before every run, so their cost counts): bits 0..7 = copy present in tier t; bits 8..15 =
+# create without commit in tier t; bits 16..17 = ST_*; bits 18..21 = kind of its first event; bits 22..62 =
+# its size (hence sizes below 2 TiB).
+PRODUCING_SHIFT = 8
+STATE_SHIFT = 16
+KIND_SHIFT = 18
+SIZE_SHIFT = 22
+MAX_NBYTES = 1 << (63 - SIZE_SHIFT)
+COPY_MASK = 0xFF
+COPIES_MASK = 0xFFFF  # present and producing
+assert len(KINDS) <= 16 and len(TIERS) <= 8
 
 
 class IdIndex:
@@ -109,7 +124,7 @@ class IdIndex:
             if len(ids) and int(ids.max()) >= self.size:
                 raise KvbedError(f"obj_id {int(ids.max())} exceeds the maximum {self.size - 1} its Parquet "
                                  "statistics state (statistics written wrongly)", where=self._where)
-            return ids.astype(np.int64)
+            return ids.view(np.int64)  # every id is below self.size, so the same value (no copy)
         u = np.unique(ids)
         pos = np.searchsorted(self._ids, u)
         known = (pos < len(self._ids)) & (self._ids[np.minimum(pos, len(self._ids) - 1)] == u) if len(self._ids) else np.zeros(len(u), bool)
@@ -141,131 +156,162 @@ class IdIndex:
         return np.where(hit, self._idx[pos], -1)
 
 
-@njit
-def _check(ts, op, oi, pi, tier, kind, nbytes, ntok, req, sess, row0,
-           state, copies, size0, kind0, last_ts, vrow, vcode, vcount, nops, ntiers, nkinds):
+@njit(nogil=True)
+def _check(ts, op, oi, tier, kind, nbytes, pi, ntok, req, sess, with_kind, full, stop_first, row0,
+           obj, last_ts, vrow, vcode, vcount, nops, ntiers, nkinds):
+    """Check events in order against the objects' state ``obj``. ``with_kind``: ``kind`` is read (else an
+    empty array: every object counts as kind 0). ``full``: also the checks that need parent_id, ntokens,
+    request_id and session_id (``pi``..``sess``; empty arrays otherwise). ``stop_first``: return at the first
+    violation (vcount[NV] counts them all)."""
     n = ts.shape[0]
+    lt = last_ts[0]
+    nf = 0  # violations flagged by this call
     for i in range(n):
+        if stop_first and nf > 0:
+            break
         row = row0 + i
-        if ts[i] < last_ts[0]:
-            _flag(vrow, vcode, vcount, row, V_TIME)
-        last_ts[0] = ts[i]
+        if ts[i] < lt:
+            nf += _flag(vrow, vcode, vcount, row, V_TIME)
+        lt = ts[i]
         o = oi[i]
-        p = pi[i]
         t = tier[i]
         c = op[i]
-        if c < 0 or c >= nops or t < 0 or t >= ntiers or kind[i] < 0 or kind[i] >= nkinds:
-            _flag(vrow, vcode, vcount, row, V_ENUM)
+        k = kind[i] if with_kind else 0
+        if c < 0 or c >= nops or t < 0 or t >= ntiers or k < 0 or k >= nkinds:
+            nf += _flag(vrow, vcode, vcount, row, V_ENUM)
             continue
-        if nbytes[i] <= 0:
-            _flag(vrow, vcode, vcount, row, V_SIZE)
-        if ntok[i] < 0:
-            _flag(vrow, vcode, vcount, row, V_TOKENS)
-        if req[i] < -1 or sess[i] < -1:
-            _flag(vrow, vcode, vcount, row, V_IDS)
+        nb = nbytes[i]
+        if nb <= 0 or nb >= MAX_NBYTES:
+            nf += _flag(vrow, vcode, vcount, row, V_SIZE)
+            nb &= MAX_NBYTES - 1  # (stored in its bits: the size check below still sees a change)
+        if full:
+            if ntok[i] < 0:
+                nf += _flag(vrow, vcode, vcount, row, V_TOKENS)
+            if req[i] < -1 or sess[i] < -1:
+                nf += _flag(vrow, vcode, vcount, row, V_IDS)
         if o == 0:
-            _flag(vrow, vcode, vcount, row, V_ZERO)
+            nf += _flag(vrow, vcode, vcount, row, V_ZERO)
             continue
-        st = state[o]
+        w = obj[o]
+        st = (w >> STATE_SHIFT) & 3
         bit = np.int64(1) << t
         pbit = np.int64(1) << (t + PRODUCING_SHIFT)
         if st == ST_DELETING:
-            if c == OP_DELETE and (copies[o] & (bit | pbit)):
-                copies[o] &= ~(bit | pbit)
-                if copies[o] == 0:
-                    state[o] = ST_DELETED
+            if c == OP_DELETE and (w & (bit | pbit)):
+                w &= ~(bit | pbit)
+                if (w & COPIES_MASK) == 0:
+                    w = _with_state(w, ST_DELETED)
+                obj[o] = w
                 continue
-            _flag(vrow, vcode, vcount, row, V_DEL_COPIES)
-            state[o] = ST_DELETED
-            copies[o] = 0
+            nf += _flag(vrow, vcode, vcount, row, V_DEL_COPIES)
+            obj[o] = _with_state(w & ~COPIES_MASK, ST_DELETED)
             continue
         if st == ST_DELETED:
-            _flag(vrow, vcode, vcount, row, V_AFTER_DELETE)
+            nf += _flag(vrow, vcode, vcount, row, V_AFTER_DELETE)
             continue
         if st == ST_NEW:
             if c != OP_CREATE and c != OP_TRANSFORM:
-                _flag(vrow, vcode, vcount, row, V_UNKNOWN)
+                nf += _flag(vrow, vcode, vcount, row, V_UNKNOWN)
                 continue
-            if p == o and p != 0:
-                _flag(vrow, vcode, vcount, row, V_PARENT_SELF)
-            elif p < 0 or (p > 0 and state[p] == ST_NEW):
-                _flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN)
-            elif c == OP_TRANSFORM and (p == 0 or state[p] != ST_LIVE):
-                _flag(vrow, vcode, vcount, row, V_TPARENT)
-            state[o] = ST_LIVE
-            size0[o] = nbytes[i]
-            kind0[o] = kind[i]
+            if full:
+                p = pi[i]
+                if p == o and p != 0:
+                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_SELF)
+                elif p < 0 or (p > 0 and (obj[p] >> STATE_SHIFT) & 3 == ST_NEW):
+                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN)
+                elif c == OP_TRANSFORM and (p == 0 or (obj[p] >> STATE_SHIFT) & 3 != ST_LIVE):
+                    nf += _flag(vrow, vcode, vcount, row, V_TPARENT)
+            w = (np.int64(ST_LIVE) << STATE_SHIFT) | (np.int64(k) << KIND_SHIFT) | (np.int64(nb) << SIZE_SHIFT)
             if c == OP_CREATE:
-                copies[o] = pbit
+                w |= pbit
+            obj[o] = w
             continue
-        # live object
-        if nbytes[i] != size0[o]:
-            _flag(vrow, vcode, vcount, row, V_SIZE_CHANGED)
-        if kind[i] != kind0[o]:
-            _flag(vrow, vcode, vcount, row, V_KIND_CHANGED)
-        cp = copies[o]
-        if c == OP_CREATE or c == OP_TRANSFORM:
-            _flag(vrow, vcode, vcount, row, V_REUSED)
+        # live object (a reused id first: its size and kind differing follow from it)
+        reused = c == OP_CREATE or c == OP_TRANSFORM
+        if reused:
+            nf += _flag(vrow, vcode, vcount, row, V_REUSED)
+        if nb != w >> SIZE_SHIFT:
+            nf += _flag(vrow, vcode, vcount, row, V_SIZE_CHANGED)
+        if k != (w >> KIND_SHIFT) & 15:
+            nf += _flag(vrow, vcode, vcount, row, V_KIND_CHANGED)
+        if reused:
+            pass
         elif c == OP_COMMIT:
-            if cp & pbit:
-                copies[o] = (cp & ~pbit) | bit
+            if w & pbit:
+                obj[o] = (w & ~pbit) | bit
             else:
-                _flag(vrow, vcode, vcount, row, V_COMMIT)
+                nf += _flag(vrow, vcode, vcount, row, V_COMMIT)
         elif c == OP_PERSIST or c == OP_RECOVER:
-            if cp & (bit | pbit):
-                _flag(vrow, vcode, vcount, row, V_PRESENT)
+            if w & (bit | pbit):
+                nf += _flag(vrow, vcode, vcount, row, V_PRESENT)
             else:
-                copies[o] = cp | bit
+                obj[o] = w | bit
         elif c == OP_LOAD or c == OP_HIT:
-            if not (cp & bit):
-                _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+            if not (w & bit):
+                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
         elif c == OP_EVICT or c == OP_INVALIDATE or c == OP_DELETE:
-            if not (cp & (bit | pbit)):
-                _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
-            cp = cp & ~(bit | pbit)
-            copies[o] = cp
+            if not (w & (bit | pbit)):
+                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+            w &= ~(bit | pbit)
             if c == OP_DELETE:
-                state[o] = ST_DELETED if cp == 0 else ST_DELETING
-    return 0
+                w = _with_state(w, ST_DELETED if (w & COPIES_MASK) == 0 else ST_DELETING)
+            obj[o] = w
+    last_ts[0] = lt
+
+
+@njit(inline="always")
+def _with_state(w, st):
+    return (w & ~(np.int64(3) << STATE_SHIFT)) | (np.int64(st) << STATE_SHIFT)
 
 
 @njit(inline="always")
 def _flag(vrow, vcode, vcount, row, code):
-    n = vcount.sum()
+    n = vcount[NV]
     if n < vrow.shape[0]:
         vrow[n] = row
         vcode[n] = code
     vcount[code] += 1
+    vcount[NV] += 1
+    return 1
 
 
 @njit
-def _never_committed(state, copies):
+def _never_committed(obj):
     n = 0
     mask = np.int64(0xFF) << PRODUCING_SHIFT
-    for o in range(state.shape[0]):
-        if state[o] == ST_LIVE and (copies[o] & mask) != 0:
+    for o in range(obj.shape[0]):
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_LIVE and (obj[o] & mask) != 0:
             n += 1
     return n
 
 
 @njit
-def _half_deleted(state):
+def _half_deleted(obj):
     n = 0
-    for o in range(state.shape[0]):
-        if state[o] == ST_DELETING:
+    for o in range(obj.shape[0]):
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_DELETING:
             n += 1
     return n
 
 
 @njit
-def _live_copies(state, copies):
+def _live_copies(obj):
     n = 0
-    for o in range(state.shape[0]):
-        if state[o] == ST_LIVE:
-            c = copies[o] & 0xFF
+    for o in range(obj.shape[0]):
+        if (obj[o] >> STATE_SHIFT) & 3 == ST_LIVE:
+            c = obj[o] & COPY_MASK
             while c:
                 n += c & 1
                 c >>= 1
+    return n
+
+
+@njit
+def _objects_seen(obj):
+    n = 0
+    for o in range(obj.shape[0]):
+        if (obj[o] >> STATE_SHIFT) & 3 != ST_NEW:
+            n += 1
     return n
 
 
@@ -306,22 +352,26 @@ class ValidationReport:
         }
 
 
-class _Grow:
-    def __init__(self) -> None:
-        self.state = np.zeros(0, np.int8)
-        self.copies = np.zeros(0, np.int64)
-        self.size0 = np.zeros(0, np.int64)
-        self.kind0 = np.zeros(0, np.int8)
+class _Objects:
+    """The per-object state words, grown as a sparse id table grows."""
+
+    def __init__(self, n: int) -> None:
+        self.obj = np.zeros(max(n, 1), np.int64)
 
     def ensure(self, n: int) -> None:
-        if n <= len(self.state):
-            return
-        m = max(n, 2 * len(self.state), 1024)
-        for name in ("state", "copies", "size0", "kind0"):
-            old = getattr(self, name)
-            new = np.zeros(m, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+        if n > len(self.obj):
+            new = np.zeros(max(n, 2 * len(self.obj)), np.int64)
+            new[: len(self.obj)] = self.obj
+            self.obj = new
+
+
+def _violation(b: EventBatch, i: int, row: int, code: int) -> Violation:
+    name, message = VIOLATIONS[code]
+    op, tier = int(b["op"][i]), int(b["tier"][i])
+    return Violation(row=row, code=name, message=message,
+                     op=OPS[op] if 0 <= op < len(OPS) else str(op),
+                     tier=TIERS[tier] if 0 <= tier < len(TIERS) else str(tier),
+                     obj_id=int(b["obj_id"][i]), ts_ns=int(b["ts_ns"][i]))
 
 
 def validate_trace(
@@ -333,49 +383,114 @@ def validate_trace(
     """Stream the trace through the checker; raises KvbedError only if the file is unreadable."""
     reader = TraceReader(path)
     ids = IdIndex(reader)
-    g = _Grow()
-    g.ensure(ids.size)
+    g = _Objects(ids.size)
     last_ts = np.array([np.iinfo(np.int64).min], np.int64)
     vrow = np.zeros(max_report, np.int64)
     vcode = np.zeros(max_report, np.int64)
-    vcount = np.zeros(NV, np.int64)
+    vcount = np.zeros(NV + 1, np.int64)
     row0 = 0
     first: list[Violation] = []
     for rg, b in enumerate(reader.iter_batches()):
         oi = ids.objects(b["obj_id"])
         pi = ids.parents(b["parent_id"])
         g.ensure(ids.size)
-        before = int(vcount.sum())
-        _check(b["ts_ns"], b["op"].astype(np.int64), oi, pi, b["tier"].astype(np.int64), b["kind"].astype(np.int64),
-               b["nbytes"], b["ntokens"].astype(np.int64), b["request_id"], b["session_id"], row0,
-               g.state, g.copies, g.size0, g.kind0, last_ts, vrow, vcode, vcount, len(OPS), len(TIERS), len(KINDS))
-        after = min(int(vcount.sum()), max_report)
+        before = int(vcount[NV])
+        _check(b["ts_ns"], b["op"], oi, b["tier"], b["kind"], b["nbytes"], pi, b["ntokens"], b["request_id"],
+               b["session_id"], True, True, False, row0, g.obj, last_ts, vrow, vcode, vcount, len(OPS), len(TIERS),
+               len(KINDS))
+        after = min(int(vcount[NV]), max_report)
         for j in range(min(before, max_report), after):
-            i = int(vrow[j]) - row0
-            code = VIOLATIONS[int(vcode[j])]
-            op, tier = int(b["op"][i]), int(b["tier"][i])
-            first.append(Violation(
-                row=int(vrow[j]), code=code[0], message=code[1],
-                op=OPS[op] if 0 <= op < len(OPS) else str(op),
-                tier=TIERS[tier] if 0 <= tier < len(TIERS) else str(tier),
-                obj_id=int(b["obj_id"][i]), ts_ns=int(b["ts_ns"][i]),
-            ))
+            first.append(_violation(b, int(vrow[j]) - row0, int(vrow[j]), int(vcode[j])))
         row0 += b.n
         if progress is not None:
             progress(rg + 1, reader.num_row_groups)
     counts = {VIOLATIONS[i][0]: int(vcount[i]) for i in range(NV) if vcount[i]}
-    half = int(_half_deleted(g.state))
+    half = int(_half_deleted(g.obj))
     if half:
         counts["delete_incomplete"] = counts.get("delete_incomplete", 0) + half
-    objects = int(np.count_nonzero(g.state))
     return ValidationReport(
         path=str(path),
         rows=row0,
         ok=not counts,
         counts=counts,
         first=first,
-        objects=objects,
-        live_copies_at_end=int(_live_copies(g.state, g.copies)),
-        never_committed=int(_never_committed(g.state, g.copies)),
+        objects=int(_objects_seen(g.obj)),
+        live_copies_at_end=int(_live_copies(g.obj)),
+        never_committed=int(_never_committed(g.obj)),
         half_deleted=half,
     )
+
+
+# ------------------------------------------------------------------------------ before a replay
+
+#: what the row checks read: the columns every replay reads, and ``kind`` (:class:`RowCheck`)
+CHECK_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "kind")
+NOT_CHECKED = ("bad_tokens", "bad_ids", "transform_parent_dead", "parent_unknown", "parent_self")
+
+
+class RowCheck:
+    """The checks of :func:`validate_trace` that need only :data:`CHECK_COLUMNS`, refusing the trace at the
+    first bad row: what runs before every replay and study, so a trace a replay would misread (rows out of
+    time order, an event on an object that does not exist, a reused id, a size or kind that changes, a copy
+    loaded from a tier that does not hold it, ...) is never replayed into a figure.
+
+    Left to ``kvbed trace validate``: the checks needing parent_id, ntokens, request_id or session_id
+    (:data:`NOT_CHECKED`; more columns to read, no figure of a replay depends on them) and what is judged at
+    the end of the trace (objects never committed, deletes left half done: a trace cut at any row, e.g. a
+    prefix, is still consistent). ``kind=False``: the kind column is not read and a kind that changes is not
+    seen, for a run that does not read it either (a hint policy other than type/predicted, no fault model):
+    reading it costs about a third of the checks. Feed the batches in order, each holding
+    :attr:`columns`.
+    """
+
+    def __init__(self, reader: TraceReader, *, kind: bool = True):
+        self.kind = kind
+        self.columns = CHECK_COLUMNS if kind else tuple(c for c in CHECK_COLUMNS if c != "kind")
+        self.where = str(reader.path)
+        self.ids = IdIndex(reader)
+        self.objects = _Objects(self.ids.size)
+        self.last_ts = np.array([np.iinfo(np.int64).min], np.int64)
+        self.vrow = np.zeros(1, np.int64)
+        self.vcode = np.zeros(1, np.int64)
+        self.vcount = np.zeros(NV + 1, np.int64)
+        self.rows = 0
+        self._none = np.zeros(0, np.int64)
+        self._no_kind = np.zeros(0, np.int8)
+
+    def feed(self, b: EventBatch) -> None:
+        """Check one batch (the rows after the last one fed); KvbedError names the first bad row."""
+        oi = self.ids.objects(b["obj_id"])
+        self.objects.ensure(self.ids.size)
+        none = self._none
+        kind = b["kind"] if self.kind else self._no_kind
+        _check(b["ts_ns"], b["op"], oi, b["tier"], kind, b["nbytes"], none, none, none, none, self.kind, False, True,
+               self.rows, self.objects.obj, self.last_ts, self.vrow, self.vcode, self.vcount, len(OPS), len(TIERS),
+               len(KINDS))
+        if self.vcount[NV]:
+            v = _violation(b, int(self.vrow[0]) - self.rows, int(self.vrow[0]), int(self.vcode[0]))
+            order = ""
+            if v.code == "time_backwards":
+                order = ": rows out of time order (`kvbed trace sort` writes a copy in time order)"
+            else:  # rows out of order make every other check fail first (a reversed trace starts with a delete)
+                back = np.flatnonzero(np.diff(b["ts_ns"]) < 0)
+                if len(back):
+                    order = (f"; rows out of time order from row {self.rows + int(back[0]) + 1} (`kvbed trace sort` "
+                             "writes a copy in time order)")
+            raise KvbedError(f"row {v.row}: {v.message} ({v.op} in {v.tier}, obj_id {v.obj_id}, ts_ns {v.ts_ns})"
+                             f"{order}: not replayed (`kvbed trace validate` lists every violation)", where=self.where)
+        self.rows += b.n
+
+    def checked(self, batches: Iterable[EventBatch]) -> Iterator[EventBatch]:
+        """The batches, each checked before it is passed on."""
+        for b in batches:
+            self.feed(b)
+            yield b
+
+
+def check_trace(path: str | os.PathLike) -> int:
+    """One pass of :class:`RowCheck` over the trace (where no replay pass can carry it); returns its rows."""
+    reader = TraceReader(path)
+    check = RowCheck(reader)
+    for b in reader.iter_batches(CHECK_COLUMNS):
+        check.feed(b)
+    return check.rows

@@ -21,7 +21,9 @@ grow with the trace (only the oracle keeps one class per tier write, 2 bytes).
 Run: ``python scripts/bench_replay.py`` (about 15 minutes on 2 cores), ``--quick`` for a small check.
 ``--compare OLD_TREE`` (a checkout of another commit) replays every configuration with the old and this
 tree's code in alternating fresh processes (``--runs`` each, same traces, same machine load) and prints
-both medians and their ratio; the memory section is skipped.
+both medians and their ratio, and ``cpu n/o``: the ratio of events per CPU second of the child (all its
+threads), which other work on a shared machine disturbs less than the wall clock (though it hides what a
+second thread overlaps); the memory section is skipped.
 The ``load`` column is the 1-minute load average around each configuration (other work on the machine);
 the stage times are per thread and overlap (production runs beside submission), so they do not add up.
 """
@@ -128,13 +130,14 @@ def child(trace: str, device: str, hints: str, params: list[str]) -> None:
 
     imported = time.perf_counter() - t_import
     cfg = build_config(trace, device, hints, params)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     parts = Replay(cfg).run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = parts["result"]["jobs"][0]["events"]["rows_replayed"]
     job = parts["result"]["jobs"][0]
     print(json.dumps({
         "rows": rows, "wall_s": wall, "events_per_s": rows / wall, "import_s": imported,
+        "cpu_s": cpu, "events_per_cpu_s": rows / cpu,
         "scan_s": parts["runtime"]["scan_s"], "stages": parts["runtime"]["replay_stage_s"],
         "peak_rss_bytes": peak_rss_bytes(),
         "waf": job["waf"], "device_pages": job["host_bytes_written"] // parts["result"]["sizing"]["page_bytes"],
@@ -165,7 +168,7 @@ def compare(old: Path, traces: dict[str, Path], configs: list, runs: int) -> Non
         for dev, hints in (("fdp", "oracle"), ("zns", "none"), ("fdp", "predicted")):
             run_child(traces["synth"], dev, hints, [], tree)
     print(f"\n{'trace':10} {'device':6} {'hints':10} {'params':18} {'old Mev/s':>10} {'new Mev/s':>10} {'new/old':>8} "
-          f"{'old RSS':>8} {'new RSS':>8} {'load':>5}   runs old | new (Mev/s)", flush=True)
+          f"{'cpu n/o':>8} {'old RSS':>8} {'new RSS':>8} {'load':>5}   runs old | new (Mev/s)", flush=True)
     out = []
     for tname, dev, hints, params in configs:
         load0 = os.getloadavg()[0]
@@ -176,11 +179,14 @@ def compare(old: Path, traces: dict[str, Path], configs: list, runs: int) -> Non
         load = (load0 + os.getloadavg()[0]) / 2
         ev = {k: [r["events_per_s"] / 1e6 for r in v] for k, v in rs.items()}
         med = {k: statistics.median(v) for k, v in ev.items()}
+        # events per CPU second of the child (all its threads): less at the mercy of other work on the machine
+        cpu = {k: statistics.median(r["events_per_cpu_s"] for r in v) for k, v in rs.items()}
         rss = {k: statistics.median(r["peak_rss_bytes"] for r in v) / 2**20 for k, v in rs.items()}
         wafs = {k: {r["waf"] for r in v} for k, v in rs.items()}
         same = "" if wafs["old"] == wafs["new"] else f"  WAF DIFFERS: {wafs}"
         print(f"{tname:10} {dev:6} {hints:10} {' '.join(params) or '-':18} {med['old']:10.2f} {med['new']:10.2f} "
-              f"{med['new'] / med['old']:8.3f} {rss['old']:8.0f} {rss['new']:8.0f} {load:5.1f}   "
+              f"{med['new'] / med['old']:8.3f} {cpu['new'] / cpu['old']:8.3f} {rss['old']:8.0f} {rss['new']:8.0f} "
+              f"{load:5.1f}   "
               f"{' '.join(f'{x:.2f}' for x in ev['old'])} | {' '.join(f'{x:.2f}' for x in ev['new'])}{same}",
               flush=True)
         out.append({"trace": tname, "device": dev, "hints": hints, "params": params, "runs": rs})

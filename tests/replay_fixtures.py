@@ -89,6 +89,8 @@ def two_lifetimes(path: Path, *, n_objects: int = 3000, obj_bytes: int = 4 * MiB
         hot = rng.random(n_objects) < 0.5
         t_read = t_write + life // 2
         add(t_read, S.OP_LOAD, S.TIER_SSD, mask=hot & (t_read < end), order=4)
+        # loaded back into GPU (its copy there was evicted after the write), then used there
+        add(t_read + 5, S.OP_PERSIST, S.TIER_GPU, mask=hot & (t_read < end), order=5)
         add(t_read + 10, S.OP_HIT, S.TIER_GPU, mask=hot & (t_read < end), order=5)
     add(t_death, S.OP_EVICT, S.TIER_SSD, mask=dies, order=6)
     allc = {k: np.concatenate(v) for k, v in cols.items()}

@@ -22,7 +22,7 @@ def power(tmp_path_factory):
                                     "503000000"]),
     (["--fault", "media-error@1ms,rate_per_bit=1.5"], ["rate_per_bit must be in [0, 1], got 1.5"]),
     (["--fault", "media-error@1ms,rate_per_bit=-0.1"], ["rate_per_bit must be in [0, 1]"]),
-    (["--fault", "tier-loss@1ms,tier=cxl"], ["tier=cxl", "the trace has no cxl events", "gpu (5 events)"]),
+    (["--fault", "tier-loss@1ms,tier=cxl"], ["tier=cxl", "the trace has no cxl events", "gpu (6 events)"]),
     (["--fault", "partial-offload@1ms,tier=remote"], ["tier=remote", "no remote events"]),
     (["--fault", "power-loss@1ms,index=maybe"], ["index: expected one of kept, lost, stale"]),
     (["--fault", "power-loss@1ms,colour=red"], ["unknown parameter 'colour'"]),

@@ -57,7 +57,8 @@ def test_mooncake_small_file(tmp_path):
         ({"timestamp": "0", "input_length": 10, "output_length": 1, "hash_ids": [1]}, "line 2: Expected `float`, got `str`"),
         ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}, "line 2: Expected `int`, got `str`"),
         ({"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}, "line 2: input_length must be >= 0"),
-        ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]}, "line 2: more hash_ids"),
+        ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, 2]},
+         "line 2: 2 hash_ids for input_length 10, expected 1 (one per 512 tokens"),
         # JSON integers have no size limit; the columns are int64
         ({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [2**64 - 1]},
          "line 2: Expected `int` <= 9223372036854775807 - at `$.hash_ids[0]`"),
@@ -72,6 +73,64 @@ def test_mooncake_bad_lines(tmp_path, bad, message):
     assert message in str(exc.value)
     assert str(path) in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+# ------------------------------------------------------------------ block lists that do not match the input
+
+
+def test_mooncake_line_whose_ids_cannot_cover_its_input_is_refused(tmp_path):
+    """2 ids of 512 tokens cannot hold 7,322 input tokens (15 are needed): before, the tokens past the 2nd id
+    were silently treated as not cacheable."""
+    short = {"timestamp": 6, "input_length": 7322, "output_length": 10, "hash_ids": [1, 2]}
+    path = write_lines(tmp_path / "m.jsonl", [*MC_OK, short])
+    with pytest.raises(KvbedError) as exc:
+        IMPORTERS.get("mooncake")().read_requests(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: line 3: 2 hash_ids for input_length 7322, expected 15") and "too few" in msg
+    assert "--drop-inconsistent" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("ids,inp,ok", [
+    ([1, 2], 32, True),  # exactly two full blocks
+    ([1, 2], 17, True),  # the last block padded (1 real token)
+    ([1, 2], 33, False),  # 33 tokens need a 3rd block
+    ([1, 2], 16, False),  # one id more than the input has
+    ([], 0, True),
+])
+def test_alibaba_ids_per_16_tokens_last_padded(tmp_path, ids, inp, ok):
+    rows = [ali(1, -1, 0.0, 1, "text", [9]), ali(2, -1, 1.0, 1, "text", ids, inp=inp)]
+    if inp == 0:
+        rows[1]["input_length"] = 0
+    path = write_lines(tmp_path / "a.jsonl", rows)
+    if ok:
+        assert IMPORTERS.get("alibaba")().read_requests(path).n == 2
+    else:
+        with pytest.raises(KvbedError, match=rf"a.jsonl: line 2: 2 hash_ids for input_length {inp}, expected "):
+            IMPORTERS.get("alibaba")().read_requests(path)
+
+
+def test_inconsistent_lines_are_dropped_and_counted_when_asked(tmp_path):
+    rows = [MC_OK[0],
+            {"timestamp": 1, "input_length": 7322, "output_length": 10, "hash_ids": [1, 2]},  # too few
+            {"timestamp": 2, "input_length": 100, "output_length": 10, "hash_ids": [1, 4]},  # too many
+            MC_OK[1]]
+    tr = IMPORTERS.get("mooncake")(drop_inconsistent=True).read_requests(write_lines(tmp_path / "m.jsonl", rows))
+    assert tr.arrival_ns.tolist() == [0, 5_000_000] and tr.block_ids.tolist() == [1, 2, 1, 3]
+    assert tr.input_tokens.tolist() == [1000, 600] and tr.block_offsets.tolist() == [0, 2, 4]
+    f = tr.facts()
+    assert (f["requests"], f["lines_dropped_too_few_hash_ids"], f["lines_dropped_too_many_hash_ids"]) == (2, 1, 1)
+    # nothing dropped, but asked: the counts are there (0); not asked: no such facts
+    assert IMPORTERS.get("mooncake")(drop_inconsistent=True).read_requests(
+        write_lines(tmp_path / "ok.jsonl", MC_OK)).facts()["lines_dropped_too_few_hash_ids"] == 0
+    assert "lines_dropped_too_few_hash_ids" not in IMPORTERS.get("mooncake")().read_requests(tmp_path / "ok.jsonl").facts()
+    # Alibaba: the dropped chat's child keeps its session (a parent missing from the file is its own root)
+    ali_rows = [ali(1, -1, 0.0, 1, "text", [9]), ali(2, 1, 1.0, 2, "text", [9], inp=40), ali(3, 2, 2.0, 3, "text", [9, 8])]
+    tr = IMPORTERS.get("alibaba")(drop_inconsistent=True).read_requests(write_lines(tmp_path / "a.jsonl", ali_rows))
+    assert tr.session_id.tolist() == [1, 2] and tr.turn.tolist() == [1, 3]
+    assert tr.facts()["lines_dropped_too_few_hash_ids"] == 1
+    only_bad = write_lines(tmp_path / "bad.jsonl", [rows[1]])
+    with pytest.raises(KvbedError, match="nothing left to import"):
+        IMPORTERS.get("mooncake")(drop_inconsistent=True).read_requests(only_bad)
 
 
 def test_mooncake_time_goes_backwards(tmp_path):

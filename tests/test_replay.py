@@ -324,12 +324,13 @@ def test_zns_replay_hand_case(tmp_path):
     one class, a shared GC stream, two free zones kept; 2 MiB objects 1-6 persisted, 1, 3, 5 evicted, 7-11
     persisted, 6 evicted. GC relocates objects 2 and 4 (4 MiB) and resets zones 0 and 1; evicting 6 empties zone 2.
     Host writes 22 user units + 4 relocated: host WAF 26/22, 3 zone resets, the drive itself copies nothing."""
-    ev = [(S.OP_PERSIST, o) for o in range(1, 7)] + [(S.OP_EVICT, o) for o in (1, 3, 5)] + \
-         [(S.OP_PERSIST, o) for o in range(7, 12)] + [(S.OP_EVICT, 6)]
+    made = lambda o: [(S.OP_CREATE, o, S.TIER_GPU), (S.OP_COMMIT, o, S.TIER_GPU), (S.OP_PERSIST, o, S.TIER_SSD)]  # noqa: E731
+    ev = [e for o in range(1, 7) for e in made(o)] + [(S.OP_EVICT, o, S.TIER_SSD) for o in (1, 3, 5)] + \
+         [e for o in range(7, 12) for e in made(o)] + [(S.OP_EVICT, 6, S.TIER_SSD)]
     n = len(ev)
     S.write_trace(tmp_path / "z.parquet", S.make_batch(
         ts_ns=np.arange(1, n + 1) * 1000, op=np.array([e[0] for e in ev]), obj_id=np.array([e[1] for e in ev]),
-        tier=np.full(n, S.TIER_SSD), nbytes=np.full(n, 2 << 20)), S.TraceMeta())
+        tier=np.array([e[2] for e in ev]), nbytes=np.full(n, 2 << 20)), S.TraceMeta())
     params = ["logical_bytes=24MiB", "zone_bytes=4MiB", "zone_cap_bytes=4MiB", "max_open_zones=3",
               "max_active_zones=3", "gc_free_zones=2", "classes=1", "strict_capacity=false"]
     replay_cli(tmp_path / "z.parquet", tmp_path / "r", "--device", "zns", *(a for p in params for a in ("--param", p)))

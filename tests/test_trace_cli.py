@@ -95,6 +95,34 @@ def test_import_bad_lines(tmp_path, line, message):
     assert list(tmp_path.iterdir()) == [src]
 
 
+@pytest.mark.parametrize("fmt", ["mooncake", "alibaba"])
+def test_import_inconsistent_block_lists(tmp_path, fmt):
+    """A line whose hash_ids cannot cover its input_length: refused naming the file and line (before: imported
+    silently); with --drop-inconsistent dropped and counted in the printed and stored source facts."""
+    from kvreplay.schema import TraceReader
+
+    if fmt == "mooncake":
+        rows = [MC_OK[0], {"timestamp": 2, "input_length": 7322, "output_length": 10, "hash_ids": [1, 2]}, MC_OK[1]]
+        fragment = "line 2: 2 hash_ids for input_length 7322, expected 15"
+    else:
+        rows = [{"chat_id": c, "parent_chat_id": -1, "timestamp": float(c), "input_length": n, "output_length": 5,
+                 "type": "text", "turn": 1, "hash_ids": ids} for c, n, ids in ((1, 40, [1, 2, 3]), (2, 40, [1, 2]),
+                                                                                    (3, 20, [1, 4]))]
+        fragment = "line 2: 2 hash_ids for input_length 40, expected 3"
+    src = write_lines(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.parquet"
+    one_line_error(kvbed("trace", "import", fmt, src, "-o", out), str(src), fragment, "--drop-inconsistent")
+    assert list(tmp_path.iterdir()) == [src]
+    res = kvbed("trace", "import", fmt, src, "-o", out, "--drop-inconsistent")
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "lines dropped too few hash ids" in res.stdout
+    facts = TraceReader(out).meta.source_facts
+    assert (facts["requests"], facts["lines_dropped_too_few_hash_ids"], facts["lines_dropped_too_many_hash_ids"]) \
+        == (2, 1, 0)
+    assert TraceReader(out).meta.generator["drop_inconsistent"] is True
+    assert kvbed("trace", "validate", out).exit_code == 0
+
+
 def test_import_non_monotonic_time(tmp_path):
     src = write_lines(tmp_path / "bad.jsonl", [MC_OK[1], MC_OK[0]])
     out = tmp_path / "out.parquet"

@@ -185,3 +185,64 @@ def test_ids_beyond_the_stated_statistics_are_refused(tmp_path):
     assert pq.ParquetFile(path).metadata.row_group(0).column(2).statistics.max == 3
     with pytest.raises(KvbedError, match=r"obj_id 1000003 exceeds the maximum 3"):
         validate_trace(path)
+
+
+# ------------------------------------------------------------------------------ the row checks before a replay
+
+
+def row_check(path):
+    from kvreplay.schema import TraceReader
+    from kvreplay.validate import CHECK_COLUMNS, RowCheck
+
+    reader = TraceReader(path)
+    check = RowCheck(reader)
+    for b in reader.iter_batches(CHECK_COLUMNS):
+        check.feed(b)
+    return check.rows
+
+
+@pytest.mark.parametrize("rows, code, row", CASES)
+def test_row_checks_stop_at_validates_first_violation(tmp_path, rows, code, row):
+    """The checks a replay runs are validate's kernel: the same first row and message, unless the violation
+    needs a column a replay does not read (parent_id): those are left to validate."""
+    from kvreplay.validate import NOT_CHECKED, VIOLATIONS
+
+    path = write(tmp_path, rows)
+    if code in NOT_CHECKED:
+        assert row_check(path) == len(rows)
+        return
+    with pytest.raises(KvbedError) as exc:
+        row_check(path)
+    message = dict(VIOLATIONS)[code]
+    assert str(exc.value).startswith(f"{path}: row {row}: {message} (")
+
+
+def test_row_checks_on_sparse_ids_and_across_row_groups(tmp_path):
+    big = {1: 2**63 + 5, 2: 2**40 + 3, 3: 2**62 + 11, 0: 0}
+    rows = [(t, op, big[o], big[p], tier) for t, op, o, p, tier in GOOD]
+    kinds = ["quantized" if r[2] == 3 else "exact" for r in GOOD]
+    nbytes = [50 if r[2] == 3 else 100 for r in GOOD]
+    assert row_check(write(tmp_path, rows, kind=kinds, nbytes=nbytes)) == len(GOOD)
+    bad = write(tmp_path, rows + [(12, "load", big[1], 0, "ssd")], name="b.parquet", kind=kinds + ["exact"],
+                nbytes=nbytes + [100])
+    with pytest.raises(KvbedError, match=r"row 15: event on an object after its delete \(load in ssd"):
+        row_check(bad)
+    path = tmp_path / "rg.parquet"
+    with TraceWriter(path, TraceMeta(), row_group_rows=4) as w:
+        ts, op, obj, par, tier = zip(*(GOOD + [(12, "load", 1, 0, "ssd")]))
+        w.write(make_batch(ts_ns=np.array(ts), op=np.array(op), obj_id=np.array(obj, np.uint64),
+                           parent_id=np.array(par, np.uint64), tier=np.array(tier),
+                           kind=np.array(["quantized" if o == 3 else "exact" for o in obj]),
+                           nbytes=np.array([50 if o == 3 else 100 for o in obj]), ntokens=np.full(len(ts), 4)))
+    with pytest.raises(KvbedError, match=r"row 15: event on an object after its delete"):
+        row_check(path)
+
+
+def test_a_trace_cut_anywhere_passes_the_row_checks(tmp_path):
+    """What is judged at the end (a delete left half done, a create never committed) is validate's: a prefix of
+    a good trace, cut between the deletes of one object's copies, still replays."""
+    base = [(0, "create", 1, 0, "gpu"), (1, "commit", 1, 0, "gpu"), (2, "persist", 1, 0, "ssd"),
+            (3, "create", 2, 0, "gpu"), (5, "delete", 1, 0, "gpu")]
+    path = write(tmp_path, base)
+    assert not validate_trace(path).ok
+    assert row_check(path) == len(base)

@@ -10,6 +10,11 @@ Per instance, a block hash names one object while some tier holds a copy of it:
   (the object ends; a later store of the hash makes a new object).
 * ``AllBlocksCleared``: the same for every copy in its medium (GPU when it names none) of the instance.
 
+An event's ``token_ids`` are not used: its objects are its block hashes, each of ``block_size`` tokens (checked
+positive when decoded), so a token list that does not match the hashes changes no object or size (and
+vLLM's CPU offload stores carry no tokens at all): the request importers' "ids cannot cover the input"
+hole (kvreplay.importers.base) has no counterpart here.
+
 Scope = instance (plus LoRA name and the first block's extra keys, when present); tenant = SGLang's
 cache_salt; session_id = SGLang's session id (ints kept, strings numbered from 0 in order seen).
 Timestamps are the engine's batch times, clamped to never go backwards across publishers.

@@ -40,7 +40,8 @@ class AlibabaImporter(Importer):
     description = "Alibaba Qwen/Bailian ATC'25 JSONL (chat_id, parent_chat_id, turn, type, hash_ids per 16 tokens)"
 
     def read_requests(self, path: Path) -> RequestTrace:
-        c = read_request_columns(path, AlibabaRecord, BLOCK_TOKENS, extra_counts=("turn",))
+        c = read_request_columns(path, AlibabaRecord, BLOCK_TOKENS, extra_counts=("turn",),
+                                 drop_inconsistent=self.drop_inconsistent)
         recs, ts_s, n = c.records, c.timestamp, len(c.records)
         # session = root of the parent chain
         root: dict[int, int] = {}
@@ -66,6 +67,7 @@ class AlibabaImporter(Importer):
             tenant=tenant,
             tenants=types,
             source=source_info(self.name, path, c.data),
+            dropped=c.dropped,
         )
         trace.source["start_timestamp_s"] = float(t0)
         return trace

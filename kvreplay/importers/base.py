@@ -31,9 +31,15 @@ Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class Importer(abc.ABC):
+    """``drop_inconsistent``: request-level sources drop (and count, in the trace's source facts) the lines
+    whose block ids do not match their input length, instead of refusing the file at the first one."""
+
     name: ClassVar[str]
     level: ClassVar[str] = "request"  # "request" | "event"
     description: ClassVar[str] = ""
+
+    def __init__(self, *, drop_inconsistent: bool = False):
+        self.drop_inconsistent = drop_inconsistent
 
     def read_requests(self, path: Path) -> RequestTrace:
         raise NotImplementedError(f"{self.name} does not produce a request trace")
@@ -103,14 +109,18 @@ class RequestColumns(NamedTuple):
     block_offsets: np.ndarray  # CSR offsets into block_ids, one row per request
     block_ids: np.ndarray
     extra: dict[str, np.ndarray]  # the format's further integer columns, by field name
+    dropped: dict[str, int] | None  # lines dropped as inconsistent, by reason (None: refused instead)
 
 
-def read_request_columns(path: Path, record: type[S], block_tokens: int,
-                         extra_counts: tuple[str, ...] = ()) -> RequestColumns:
+def read_request_columns(path: Path, record: type[S], block_tokens: int, extra_counts: tuple[str, ...] = (),
+                         drop_inconsistent: bool = False) -> RequestColumns:
     """Read records with ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids`` (one id
-    per ``block_tokens`` input tokens) and refuse, naming the line, a timestamp that is negative,
-    not finite or goes backwards, a negative length (or a negative ``extra_counts`` field), more
-    hash ids than the input covers, or a negative id."""
+    per ``block_tokens`` input tokens, the last one possibly partly filled) and refuse, naming the line, a
+    timestamp that is negative, not finite or goes backwards, a negative length (or a negative
+    ``extra_counts`` field), a negative id, or a block list that does not match the input: exactly
+    ceil(input_length / block_tokens) ids. Fewer cannot cover the input (the tokens past the last id would
+    silently be treated as not cacheable); more name blocks the input does not have. With
+    ``drop_inconsistent`` those lines are dropped instead and counted (``dropped``)."""
     where = str(path)
     recs, lineno, data = read_jsonl(path, record)
     n = len(recs)
@@ -125,10 +135,37 @@ def read_request_columns(path: Path, record: type[S], block_tokens: int,
     check_column(where, lineno, out < 0, "output_length must be >= 0")
     for name, col in extra.items():
         check_column(where, lineno, col < 0, f"{name} must be >= 0")
-    check_column(where, lineno, np.diff(off) > (inp + block_tokens - 1) // block_tokens,
-                 f"more hash_ids than input_length covers at {block_tokens} tokens per id")
     check_column(where, lineno, negative_id_rows(off, ids), "hash_ids must be >= 0")
-    return RequestColumns(recs, data, ts, inp, out, off, ids, extra)
+    have = np.diff(off)
+    need = (inp + block_tokens - 1) // block_tokens
+    few, many = have < need, have > need
+    dropped = None
+    if drop_inconsistent:
+        dropped = {"too_few_hash_ids": int(few.sum()), "too_many_hash_ids": int(many.sum())}
+        keep = np.flatnonzero(~(few | many))
+        if len(keep) < n:
+            recs = [recs[i] for i in keep]
+            ts, inp, out = ts[keep], inp[keep], out[keep]
+            extra = {name: col[keep] for name, col in extra.items()}
+            lens = have[keep]
+            take = np.repeat(off[keep], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+            ids = ids[take]
+            off = np.zeros(len(keep) + 1, np.int64)
+            np.cumsum(lens, out=off[1:])
+            if not len(recs):
+                raise KvbedError(f"every line has a block list that does not match its input_length "
+                                 f"({dropped['too_few_hash_ids']:,} too few hash_ids, {dropped['too_many_hash_ids']:,}"
+                                 " too many): nothing left to import", where=where)
+    else:
+        bad = np.flatnonzero(few | many)
+        if len(bad):
+            i = int(bad[0])
+            raise KvbedError(
+                f"line {int(lineno[i])}: {int(have[i])} hash_ids for input_length {int(inp[i])}, expected "
+                f"{int(need[i])} (one per {block_tokens} tokens, the last possibly part-filled): "
+                f"{'too few to cover the input' if few[i] else 'more than the input has'} "
+                "(--drop-inconsistent drops such lines and counts them)", where=where)
+    return RequestColumns(recs, data, ts, inp, out, off, ids, extra, dropped)
 
 
 def _clean(exc: Exception) -> str:

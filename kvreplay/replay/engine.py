@@ -47,6 +47,7 @@ from kvreplay.replay.prefetch import prefetched
 from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import page_bytes_of
 from kvreplay.replay.target import Target, TargetFailed
+from kvreplay.validate import RowCheck
 from testbed.core.errors import Interrupted, KvbedError
 
 __all__ = ["Replay", "RunConfig", "build_config", "replay", "Target", "TargetFailed"]
@@ -90,7 +91,9 @@ class Replay:
     multi-tier run joins to the requests (:mod:`kvreplay.replay.ttft`); ``req_start`` (trace time each
     request started, by request id) issues every read at its request's start (:class:`Producer`).
     ``keep_media`` keeps the fault model's media map after each power loss (``fault_run.media``), which a VM
-    run holds against the guest's scan (:mod:`testbed.vm.powerloss`).
+    run holds against the guest's scan (:mod:`testbed.vm.powerloss`). ``trace_checked``: the caller ran the
+    trace's row checks already (:func:`kvreplay.validate.check_trace`: a study checks each trace once, a
+    multi-tier run in its first pass), so the scan does not repeat them.
     """
 
     def __init__(self, config: RunConfig, *, progress: Progress | None = None,
@@ -98,8 +101,9 @@ class Replay:
                  target_factory: Callable[[Any], Target] | None = None,
                  fit_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  capacity_owner: str | None = None, keep_reads: bool = False,
-                 req_start: np.ndarray | None = None, keep_media: bool = False):
+                 req_start: np.ndarray | None = None, keep_media: bool = False, trace_checked: bool = False):
         self.cfg = config
+        self.trace_checked = trace_checked
         self.keep_media = keep_media
         self.keep_reads = keep_reads
         self.req_start = req_start
@@ -134,7 +138,7 @@ class Replay:
 
         self.scan: ScanResult = scan_trace(self.reader, rp.tier_code, pb, record_future=self.policy_cls.needs_future,
                                            clock=getattr(cfg.hint_params, "clock", "bytes"), on_batch=scanned,
-                                           header_bytes=self.header_bytes)
+                                           header_bytes=self.header_bytes, check=self.row_check())
         self.scan_s = time.perf_counter() - t0
         sc = self.scan
         if sc.tier_events == 0:
@@ -186,6 +190,13 @@ class Replay:
             self.fault_run = FaultRun(cfg.faults, self)
             if self.keep_media:
                 self.fault_run.probe = {i for i, f in enumerate(self.fault_run.faults) if f.name == "power-loss"}
+
+    def row_check(self) -> RowCheck | None:
+        """The trace's row checks for the scan to run (None: the caller ran them); the kind column only when
+        this run reads it (the hint policy, or the fault model's per-kind outcomes)."""
+        if self.trace_checked:
+            return None
+        return RowCheck(self.reader, kind="kind" in self.policy_cls.columns or self.cfg.faults.active)
 
     def columns(self) -> list[str]:
         extra = ["request_id"] if self.req_start is not None else []

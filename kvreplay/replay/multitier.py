@@ -31,6 +31,7 @@ from kvreplay.replay.engine import Progress, Replay
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.result import latency_rows
 from kvreplay.replay.ttft import RequestParams, request_section, request_starts
+from kvreplay.validate import CHECK_COLUMNS, RowCheck
 from testbed.core.errors import Interrupted, KvbedError
 from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
 from testbed.core.version import __version__
@@ -183,13 +184,15 @@ class MultiTierReplay:
         self.should_stop = should_stop or (lambda: False)
 
     def _first_pass(self, reader: S.TraceReader) -> np.ndarray:
-        """One read of the trace before the long part: every replayed tier is in it and every tier the
-        requests load from is replayed; returns when each request started (``ttft.request_starts``)."""
+        """One read of the trace before the long part: the trace's row checks (:class:`RowCheck`, once for
+        every tier's replay), every replayed tier is in it and every tier the requests load from is replayed;
+        returns when each request started (``ttft.request_starts``)."""
         served = {S.TIER[t] for t in self.cfg.tiers}
         present = np.zeros(len(S.TIERS), np.int64)
         loads_from: set[int] = set()
         ids, ts = [], []
-        for b in reader.iter_batches(["ts_ns", "op", "tier", "request_id"]):
+        check = RowCheck(reader)
+        for b in check.checked(reader.iter_batches([*CHECK_COLUMNS, "request_id"])):
             present += np.bincount(b["tier"], minlength=len(S.TIERS))[: len(S.TIERS)]
             loads_from |= set(np.unique(b["tier"][b["op"] == S.OP_LOAD]).tolist())
             m = b["request_id"] >= 0
@@ -220,7 +223,8 @@ class MultiTierReplay:
         with jit.compile_clock() as compiling:
             for tier, tcfg in cfg.tiers.items():
                 prog = _TierProgress(self.progress, tier) if self.progress else None
-                rp = Replay(tcfg, progress=prog, should_stop=self.should_stop, keep_reads=True, req_start=req_start)
+                rp = Replay(tcfg, progress=prog, should_stop=self.should_stop, keep_reads=True, req_start=req_start,
+                            trace_checked=True)
                 try:
                     parts = rp.run()
                 except Interrupted:  # in a later tier's scan: keep the tiers replayed before it

@@ -8,6 +8,11 @@ lives. All of it comes from one streaming pass that reads only five columns,
 row group by row group, with the per-event work in a numba kernel; memory is
 the live-object table plus, only when a policy needs the future, 12 bytes per
 write of the tier (its lifetime and its size in mapping units).
+
+The same pass carries the trace's row checks (:class:`kvreplay.validate.RowCheck`: 8 bytes per object, and
+the kind column when the run reads it), run in the reader thread while this thread scans the batch before:
+a trace with rows out of time order or events on objects that do not exist is refused before anything is
+sized.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from kvreplay.hints.base import Future
 from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE, action_table, pages_of, select
 from kvreplay.replay.prefetch import prefetched
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
+from kvreplay.validate import RowCheck
 
 SCAN_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes")
 
@@ -133,8 +139,11 @@ class ScanResult:
 
 def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_future: bool = False,
                clock: str = "bytes", on_batch: Callable[[int], None] | None = None,
-               header_bytes: int = 0) -> ScanResult:
-    """``header_bytes``: stored with every object (a recovery contract's header), so it counts in its units."""
+               header_bytes: int = 0, check: RowCheck | None = None) -> ScanResult:
+    """``header_bytes``: stored with every object (a recovery contract's header), so it counts in its units.
+    ``check``: the trace's row checks ride on this pass, in the reader thread, each batch checked before the
+    scan sees it: a bad row raises KvbedError before any figure is made (None when the caller checked the
+    trace already: a study, a multi-tier run)."""
     lut = action_table(tier)
     table = ObjTable({"pages": (np.int32, 0), "bytes": (np.int64, 0), "wseq": (np.int64, 0), "birth": (np.int64, 0)})
     acc = np.zeros(AC_N, np.int64)
@@ -145,7 +154,11 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
     per_sec = np.zeros(1024, np.int64)
     res = ScanResult(tier=S.TIERS[tier], page_bytes=page_bytes)
     first = True
-    for b in prefetched(reader.iter_batches(SCAN_COLUMNS)):
+    if check is not None:
+        batches = check.checked(reader.iter_batches(tuple(dict.fromkeys(SCAN_COLUMNS + check.columns))))
+    else:
+        batches = reader.iter_batches(SCAN_COLUMNS)
+    for b in prefetched(batches):
         n = b.n
         if n == 0:
             continue

@@ -16,7 +16,9 @@ report.md, report.html      the report (testbed.study.report), plots in plots/
 =========================== ===========================================================================
 
 A point is done when its result.json is complete and its point.json matches (same trace, same
-parameters): a rerun skips it. A point that fails records its one-line error and the others go on.
+parameters): a rerun skips it. A point that fails records its one-line error and the others go on. A
+trace whose rows fail the row checks (:func:`kvreplay.validate.check_trace`, each trace once, before any
+point runs) stops the study with that trace's one-line error: none of its points would give a figure.
 Workers return a run's parts to the driver instead of writing, so a Ray worker needs no shared filesystem
 (its trace comes through the object store when the path is not there).
 """
@@ -82,7 +84,7 @@ def do_task(task: Task, trace_bytes: Any = None) -> dict[str, Any]:
 
         path = _local_trace(task, trace_bytes)
         cfg = task.point.build_config(path)
-        parts = Replay(cfg).run()
+        parts = Replay(cfg, trace_checked=True).run()  # run_study checked the trace before any point
         parts["config"]["trace"]["path"] = task.trace_path  # the driver's path, whatever the worker used
         parts["result"]["global options"]["trace"]["path"] = task.trace_path
         parts["result"]["trace"]["path"] = task.trace_path
@@ -253,6 +255,7 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
     """Build the missing traces, run the missing points, write the table; Ctrl-C stops submitting, keeps
     what finished and stops the workers (the run is resumable)."""
     from kvreplay.replay.config import trace_fingerprint
+    from kvreplay.validate import check_trace
     from testbed.results import write_run
     import pandas  # noqa: F401  (before any work: a Ctrl-C landing in a first import leaves it half done)
 
@@ -286,6 +289,8 @@ def run_study(study: Study, out: Path, *, executor: str = "local", jobs: int | N
             for r in ex.map(tasks):
                 if not r["ok"]:
                     raise KvbedError(f"trace {r['key']}: {r['error']}")
+        for th in sorted({r["trace_hash"] for r in todo}):  # each trace once, before any point runs
+            check_trace(trace_paths[th])
         by_key = {r["run_hash"]: (r, pt) for r, pt in zip(recs, study.points)}
         fps = {th: trace_fingerprint(p) for th, p in trace_paths.items()}
         shipped = {}
