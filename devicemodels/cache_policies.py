@@ -20,6 +20,12 @@ and it evicts exactly one unit:
   the tags of the last ``ways - small`` units evicted from the small queue) is cleared from it and enters the
   main queue; any other enters the small one.
 
+The units the current op has touched so far are pinned (an op larger than the set count maps several units
+to one set, and must not evict its own units while other units could go): every policy passes over them where
+they stand (stamp, frequency and queue unchanged) and takes the next unit it would; S3-FIFO turns to the other
+queue when the one it evicts from holds only pinned units. When every unit of the set is pinned, the policy
+evicts as if none were.
+
 Dirty units are written back when evicted (the caller's business); TRIM invalidates units without touching
 policy state. A policy code the kernel does not dispatch makes :func:`victim` return -1, which the cache
 kernel reports as an error instead of running some other policy.
@@ -105,11 +111,13 @@ def _tick(cs):
 
 
 @kernel(inline="always")
-def _oldest(cs, base, ways, queue):
-    """Way of the oldest valid unit of the set at ``base`` (in queue 0/1, or any: -1); -1 if none."""
+def oldest_way(cs, base, ways, queue, lo, hi):
+    """Way of the oldest valid unit of the set at ``base`` (in queue 0/1, or any: -1) outside the pinned
+    units ``lo <= tag < hi`` (``lo = hi``: none); -1 if none."""
     best = -1
     for w in range(base, base + ways):
-        if cs.tags[w] >= 0 and (queue < 0 or cs.main[w] == queue):
+        tag = cs.tags[w]
+        if tag >= 0 and (queue < 0 or cs.main[w] == queue) and (lo == hi or tag < lo or tag >= hi):
             if best < 0 or cs.stamp[w] < cs.stamp[best]:
                 best = w
     return best
@@ -142,11 +150,15 @@ def _ghost_take(cs, cg, s, tag):
 
 
 @kernel(inline="always")
-def victim(cs, cg, s, oldest):
+def victim(cs, cg, s, oldest, lo, hi):
     """The way to evict from full set ``s`` (policy state updated); -1 for a policy code not dispatched here.
-    ``oldest`` is the set's way of smallest stamp (the caller's lookup scan found it)."""
+    Units ``lo <= tag < hi`` are pinned (the op's own, touched so far; ``lo = hi``: none). ``oldest`` is the
+    set's unpinned way of smallest stamp, -1 if every way is pinned (the caller's lookup scan found it)."""
     base = s * cg.ways
     code = cg.policy
+    if oldest < 0:  # every unit of the set is pinned: the policy's own choice
+        lo = hi
+        oldest = oldest_way(cs, base, cg.ways, -1, lo, hi)
     if code == LRU or code == FIFO:
         return oldest
     if code == CLOCK:
@@ -154,7 +166,7 @@ def victim(cs, cg, s, oldest):
         while cs.freq[w] != 0:
             cs.freq[w] -= 1
             cs.stamp[w] = _tick(cs)
-            w = _oldest(cs, base, cg.ways, -1)
+            w = oldest_way(cs, base, cg.ways, -1, lo, hi)
         return w
     if code == S3FIFO:
         while True:
@@ -162,8 +174,12 @@ def victim(cs, cg, s, oldest):
             for w in range(base, base + cg.ways):
                 if cs.main[w] == 0:
                     small += 1
-            if small >= cg.small_ways:
-                w = _oldest(cs, base, cg.ways, 0)
+            q = 0 if small >= cg.small_ways else 1
+            w = oldest_way(cs, base, cg.ways, q, lo, hi)
+            if w < 0:  # only pinned units in that queue: the other one
+                q = 1 - q
+                w = oldest_way(cs, base, cg.ways, q, lo, hi)
+            if q == 0:
                 if cs.freq[w] >= cg.promote_freq:
                     cs.main[w] = 1
                     cs.freq[w] = 0
@@ -171,7 +187,6 @@ def victim(cs, cg, s, oldest):
                     continue
                 _ghost_add(cs, cg, s, cs.tags[w])
                 return w
-            w = _oldest(cs, base, cg.ways, 1)
             if cs.freq[w] > 0:
                 cs.freq[w] -= 1
                 cs.stamp[w] = _tick(cs)

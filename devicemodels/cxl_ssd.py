@@ -12,8 +12,9 @@ Cache units (``cache_unit_bytes``, whole flash pages; a unit goes to set ``unit 
 * a read touching a unit that is not cached *fills* it: a flash read of the whole unit, which the read waits
   for; a write covering a whole missing unit needs no fill, a write covering part of one fills it first (and
   waits for it), then the unit is dirty;
-* a full set evicts one unit by its policy; a dirty one is written back whole (a flash write of the unit,
-  in the background: nobody waits, but it loads the dies);
+* a full set evicts one unit by its policy, passing over the units the op itself touched so far (an op
+  longer than the set count does not evict its own units while others could go); a dirty one is written
+  back whole (a flash write of the unit, in the background: nobody waits, but it loads the dies);
 * TRIM drops the units wholly inside its range (dirty or not, no write-back) and passes the range to the
   flash; units it covers only in part stay cached.
 
@@ -89,7 +90,8 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
         s, end = transfer(mg, free, busy, dev_bytes, 1 if wr else 0, x0 * mg.page_bytes, n * mg.page_bytes, t)
         ctr[_WAIT] += s - t
         link_done[i] = end + (mg.store_ns if wr else mg.load_ns)
-        for u in range(x0 // k, (x0 + n - 1) // k + 1):
+        u0 = x0 // k
+        for u in range(u0, (x0 + n - 1) // k + 1):
             st = u % cg.sets
             base = st * cg.ways
             hit = -1
@@ -105,6 +107,9 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
                         free_way = w
                 elif cs.stamp[w] < cs.stamp[oldest]:
                     oldest = w
+            # the units this op touched so far (u0 .. u-1) are pinned; one of them shares this set only when
+            # the op has passed the set count
+            lo = u0 if u - u0 >= cg.sets else u
             if hit >= 0:
                 P.on_hit(cs, cg, hit)
                 if wr:
@@ -116,7 +121,9 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
             all_hit[i] = 0
             w = free_way
             if w < 0:
-                w = P.victim(cs, cg, st, oldest)  # the set is full: oldest is its smallest stamp
+                if lo <= cs.tags[oldest] < u:  # the set is full: oldest is its smallest stamp, unless pinned
+                    oldest = P.oldest_way(cs, base, cg.ways, -1, lo, u)
+                w = P.victim(cs, cg, st, oldest, lo, u)
                 if w < 0:
                     return -1 - i
                 if cs.dirty[w]:

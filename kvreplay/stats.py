@@ -41,6 +41,7 @@ from kvreplay.schema import (
     TIERS,
     TraceReader,
 )
+from kvreplay.tiers import hitratio
 from kvreplay.validate import IdIndex
 
 NOPS, NTIERS, NKINDS = len(OPS), len(TIERS), len(KINDS)
@@ -266,7 +267,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
             "geometry": meta.geometry,
             "generator": meta.generator,
             "source_facts": meta.source_facts,
-            "tier_stats": meta.tier_stats,
+            "tier_stats": hitratio.upgrade(meta.tier_stats, meta.extra.get("tier_sim_counters")),
             "created_by": meta.created_by,
             "format_version": meta.format_version,
         },

@@ -2,7 +2,8 @@
 
 Written from the policies' definitions, not from the kernel: a set is a list of queues of tags (oldest first)
 instead of ways with stamps, the ghost is a history list instead of a ring, and nothing is shared with the
-package. It counts what the kernel counts: unit hits and misses by reads and writes, fills, write-backs, and
+package. The units an op has touched so far are pinned (passed over by eviction where they stand). It
+counts what the kernel counts: unit hits and misses by reads and writes, fills, write-backs, and
 read ops whose every unit hit.
 """
 
@@ -66,26 +67,42 @@ class RefSet:
                 self.history[j] = None
                 return
 
-    def evict(self) -> int:
-        """Remove one unit of a full set by the policy; returns its tag."""
+    def evict(self, pinned=lambda tag: False) -> int:
+        """Remove one unit of a full set by the policy; returns its tag. Units ``pinned(tag)`` are passed
+        over where they stand (s3fifo: the other queue if the one it evicts from holds only such units);
+        if every unit is pinned, the policy chooses as if none were."""
+        if all(pinned(t) for t in self.dirty):
+            pinned = lambda tag: False  # noqa: E731
+
+        def first(q: list[int]) -> int | None:
+            return next((t for t in q if not pinned(t)), None)
+
         if self.policy in ("lru", "fifo"):
-            return self.small.pop(0)
+            t = first(self.small)
+            self.small.remove(t)
+            return t
         if self.policy == "clock":
-            while self.freq[self.small[0]]:
-                t = self.small.pop(0)
+            while True:
+                t = first(self.small)
+                self.small.remove(t)
+                if not self.freq[t]:
+                    return t
                 self.freq[t] = 0
                 self.small.append(t)
-            return self.small.pop(0)
         while True:  # s3fifo
-            if len(self.small) >= self.n_small:
-                t = self.small.pop(0)
+            q = self.small if len(self.small) >= self.n_small else self.main
+            t = first(q)
+            if t is None:
+                q = self.main if q is self.small else self.small
+                t = first(q)
+            q.remove(t)
+            if q is self.small:
                 if self.freq[t] >= 2:
                     self.freq[t] = 0
                     self.main.append(t)
                     continue
                 self.history.append(t)
                 return t
-            t = self.main.pop(0)
             if self.freq[t] > 0:
                 self.freq[t] -= 1
                 self.main.append(t)
@@ -125,7 +142,8 @@ def simulate(policy: str, sets: int, ways: int, unit_pages: int, ops) -> Counts:
                     s.drop(u)
             continue
         all_hit = True
-        for u in range(x0 // k, (x0 + n - 1) // k + 1):
+        u0 = x0 // k
+        for u in range(u0, (x0 + n - 1) // k + 1):
             s = cache[u % sets]
             if u in s:
                 s.hit(u)
@@ -137,7 +155,7 @@ def simulate(policy: str, sets: int, ways: int, unit_pages: int, ops) -> Counts:
                 continue
             all_hit = False
             if len(s) == ways:
-                v = s.evict()
+                v = s.evict(lambda tag: u0 <= tag < u)  # the units this op touched so far are pinned
                 if s.dirty.pop(v):
                     c.writebacks += 1
                     c.writeback_units.append(v)

@@ -109,3 +109,17 @@ def test_a_hand_computed_lru_fifo_and_clock_set():
         dev.submit(op_batch(o, x, n))
         assert dev.counters()["cache_read_hits"] == hits, policy
         assert ref.simulate(policy, 1, 2, 1, rows).read_hits == hits
+
+
+def test_an_op_does_not_evict_its_own_units():
+    """One set of 3 ways (FIFO), unit = page: reads of 0, 5, 6, then one read of pages 0-1, then 0. The
+    2-page op hits unit 0 and misses unit 1: a plain FIFO evicts 0 (the oldest) from under the op; pinned,
+    0 stands where it is and 5 goes, so the last read hits: 2 hits, the last read op wholly a hit."""
+    rows = [(OP_READ, 0, 1), (OP_READ, 5, 1), (OP_READ, 6, 1), (OP_READ, 0, 2), (OP_READ, 0, 1)]
+    want = _run_both("fifo", 1, 3, 1, 1024, rows)
+    assert (want.read_hits, want.read_ops_all_hit) == (2, 1)
+    # when every unit of the set is the op's own, one of them goes anyway: one set of 2 ways, a 3-page read
+    rows = [(OP_READ, 0, 1), (OP_READ, 1, 1), (OP_READ, 0, 3), (OP_READ, 1, 1)]
+    want = _run_both("fifo", 1, 2, 1, 1024, rows)
+    # 0h 1h 2m (both ways pinned: FIFO evicts 0), then 1 hits
+    assert (want.read_hits, want.read_misses) == (3, 3)

@@ -116,6 +116,10 @@ def test_reduced_study_runs_end_to_end(reduced):
     none = df[df["hints"] == "none"].set_index(key)["end_to_end_waf"]
     oracle = df[df["hints"] == "oracle"].set_index(key)["end_to_end_waf"]
     assert (oracle <= none + 1e-9).all()
+    # the trace's per-tier hit ratios, named for their denominators (every chunk reference / the lookups)
+    assert {"ref_hit_ratio_gpu", "lookup_hit_ratio_gpu", "ref_hit_ratio_ssd", "lookup_hit_ratio_ssd"} <= set(df.columns)
+    assert not any(c.startswith("hit_ratio") for c in df.columns)
+    assert (df["ref_hit_ratio_gpu"] < df["lookup_hit_ratio_gpu"]).all()
     for f in ("table.csv", "summary.csv", "report.md", "report.html", "plots/waf_by_hints.png"):
         assert (reduced / f).exists(), f
     summary = (reduced / "summary.csv").read_text().splitlines()

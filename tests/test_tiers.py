@@ -35,8 +35,9 @@ def small_params(**kw) -> TierSimParams:
     return replace(base, **kw)
 
 
-def random_trace(seed: int, n: int = 400, max_chunks: int = 6) -> RequestTrace:
-    """Requests whose prompts walk a random prefix tree (shared prefixes, partial last blocks)."""
+def random_trace(seed: int, n: int = 400, max_chunks: int = 6, partial: float = 0.3) -> RequestTrace:
+    """Requests whose prompts walk a random prefix tree (shared prefixes; a share ``partial`` of them ends
+    in a partial block)."""
     rng = np.random.default_rng(seed)
     children: dict[tuple, int] = {}
     next_id = [0]
@@ -58,7 +59,7 @@ def random_trace(seed: int, n: int = 400, max_chunks: int = 6) -> RequestTrace:
             path = path + (b,)
             ids.append(b)
         off.append(len(ids))
-        inp.append(k * T - int(rng.integers(0, T)) if rng.random() < 0.3 else k * T)
+        inp.append(k * T - int(rng.integers(0, T)) if rng.random() < partial else k * T)
     arrival = np.cumsum(rng.integers(1_000_000, 50_000_000, n))
     return RequestTrace(arrival_ns=arrival, input_tokens=np.array(inp), output_tokens=rng.integers(1, 100, n),
                         block_offsets=np.array(off), block_ids=np.array(ids), block_tokens=T)
@@ -98,16 +99,12 @@ class RefSim:
 
     def make_room(self, t, nbytes, pinned, allow_pinned=True):
         while self.used[t] + nbytes > self.cap[t]:
-            order = list(self.lru[t])
-            victim = order[0]
-            for _ in range(len(order)):  # entries the request uses are skipped like referenced ones: to MRU
-                if victim not in pinned:
-                    break
-                self.lru[t].move_to_end(victim)
+            # the least recently used entry the request does not use; those it uses stay where they stand
+            victim = next((k for k in self.lru[t] if k not in pinned), None)
+            if victim is None:  # every entry is in use: the LRU one goes, unless this is a spill target
+                if not allow_pinned:
+                    return False
                 victim = next(iter(self.lru[t]))
-            else:
-                if victim in pinned and not allow_pinned:
-                    return False  # a spill target holding only chunks in use: no spill
             obj, vb = self.lru[t].pop(victim)
             self.used[t] -= vb
             if self.spill:
@@ -224,9 +221,12 @@ def test_events_match_python_reference(seed, write_policy):
     for t in ref.tiers:
         row = ts[TIERS[t]]
         assert (row["lookups"], row["hits"]) == (ref.lookups[t], ref.hits[t]), TIERS[t]
-        assert row["hit_ratio"] == pytest.approx(ref.hits[t] / ref.lookups[t]), TIERS[t]
+        assert row["lookup_hit_ratio"] == pytest.approx(ref.hits[t] / ref.lookups[t]), TIERS[t]
+        # every chunk of every request is a reference, whether or not a lookup reached the tier
+        refs = sum(len(k) for k in chunks_of(reqs)[0])
+        assert (row["chunk_references"], row["ref_hit_ratio"]) == (refs, pytest.approx(ref.hits[t] / refs))
         assert (row["bytes_in"], row["bytes_out"]) == (ref.bytes_in[t], ref.bytes_out[t]), TIERS[t]
-        assert 0 < row["hit_ratio"] < 1 and row["bytes_in"] > 0
+        assert 0 < row["ref_hit_ratio"] < row["lookup_hit_ratio"] < 1 and row["bytes_in"] > 0
     assert ts["cpu"]["bytes_out"] > 0 and ts["ssd"]["bytes_out"] > 0 and ts["gpu"]["bytes_out"] == 0
     assert ts["ssd"]["persists"] == c[("persist", "ssd")]
     assert ts["ssd"]["deletes"] + ts["ssd"]["evictions"] == c[("delete", "ssd")] + c[("evict", "ssd")]
@@ -266,10 +266,15 @@ def test_hand_computed_case():
     assert ts[1] - ts[0] == 160_000
     assert ts[17] - ts[15] == int(OBJ * 1e9 / 100e9)
     # lookups stop at the first chunk no tier holds: r0 looks up A only (miss), r1 A (hit) and C
-    # (miss), r2 A (hit) and B (GPU miss, CPU hit): GPU 2 hits of 5, CPU 1 of 3 (A, C, B)
-    assert res.tier_stats["gpu"]["hit_ratio"] == pytest.approx(2 / 5)
-    assert res.tier_stats["cpu"]["hit_ratio"] == pytest.approx(1 / 3)
+    # (miss), r2 A (hit) and B (GPU miss, CPU hit): GPU 2 hits of 5 lookups, CPU 1 of 3 (A, C, B); of the
+    # 6 chunk references, GPU served 2, CPU 1
+    assert res.tier_stats["gpu"]["lookup_hit_ratio"] == pytest.approx(2 / 5)
+    assert res.tier_stats["cpu"]["lookup_hit_ratio"] == pytest.approx(1 / 3)
+    assert res.tier_stats["gpu"]["ref_hit_ratio"] == pytest.approx(2 / 6)
+    assert res.tier_stats["cpu"]["ref_hit_ratio"] == pytest.approx(1 / 6)
+    assert res.tier_stats["ssd"]["ref_hit_ratio"] == 0.0 and res.tier_stats["ssd"]["lookups"] == 2
     assert res.tier_stats["all"]["chunk_hit_ratio"] == pytest.approx(3 / 6)
+    assert (res.tier_stats["all"]["hit_chunks"], res.tier_stats["all"]["chunk_references"]) == (3, 6)
 
 
 def test_last_copy_is_delete_and_ids_never_reused():
@@ -293,74 +298,87 @@ def _cache_trace(keys: list[int]) -> RequestTrace:
 
 
 def ref_hits(policy: str, keys: list[int], cap: int) -> int:
-    """Textbook single-cache references (unit-size objects)."""
-    hits = 0
-    if policy in ("lru", "fifo"):
-        q: collections.OrderedDict = collections.OrderedDict()
-        for k in keys:
-            if k in q:
-                hits += 1
-                if policy == "lru":
-                    q.move_to_end(k)
-                continue
-            if len(q) >= cap:
-                q.popitem(last=False)
-            q[k] = True
-        return hits
-    if policy == "clock":
-        q = collections.OrderedDict()  # key -> referenced bit; first = oldest
-        for k in keys:
-            if k in q:
-                hits += 1
-                q[k] = 1
-                continue
-            while len(q) >= cap:
-                old, bit = next(iter(q.items()))
-                del q[old]
-                if bit:
-                    q[old] = 0
-            q[k] = 0
-        return hits
-    assert policy == "s3fifo"  # Yang et al. SOSP'23, Algorithm 1, byte budget = object count here
-    small: collections.OrderedDict = collections.OrderedDict()
+    """Textbook single-cache references (unit-size objects), one key per request."""
+    return ref_cache(policy, [[k] for k in keys], cap)[0]
+
+
+def ref_cache(policy: str, requests: list[list[int]], cap: int, pinning: bool = True) -> tuple[int, int]:
+    """One cache of ``cap`` unit-size objects under the textbook policy, fed every key of every request in
+    order; (hits, evictions). With ``pinning``, the keys of the running request seen so far are passed over by
+    eviction where they stand (S3-FIFO: the other queue if the one it evicts from holds only those); if every
+    key is one of them, the policy evicts as if none were."""
+    hits = evictions = 0
+    pinned: set = set()
+    q: collections.OrderedDict = collections.OrderedDict()  # lru, fifo, clock: key -> referenced bit; first = oldest
+    small: collections.OrderedDict = collections.OrderedDict()  # s3fifo (Yang et al. SOSP'23, Algorithm 1)
     main: collections.OrderedDict = collections.OrderedDict()
     ghost: collections.OrderedDict = collections.OrderedDict()
     freq: dict = {}
-    s_cap = 0.1 * cap
-    g_cap = 0.9 * cap
+    s_cap, g_cap = 0.1 * cap, 0.9 * cap
 
-    def evict():
-        while True:
-            if small and (len(small) >= s_cap or not main):
-                t, _ = small.popitem(last=False)
-                if freq[t] >= 2:
-                    main[t] = True
+    def first(d, pins):
+        return next((k for k in d if k not in pins), None)
+
+    def evict_one():
+        pins = pinned if any(k not in pinned for k in (*q, *small, *main)) else set()
+        if policy in ("lru", "fifo"):
+            del q[first(q, pins)]
+            return
+        if policy == "clock":
+            while True:
+                k = first(q, pins)
+                bit = q.pop(k)
+                if not bit:
+                    return
+                q[k] = 0
+        while True:  # s3fifo
+            use_small = small and (len(small) >= s_cap or not main)
+            d = small if use_small else main
+            k = first(d, pins)
+            if k is None:
+                d = main if use_small else small
+                k = first(d, pins)
+            del d[k]
+            if d is small:
+                if freq[k] >= 2:
+                    main[k] = True
                     continue
-                ghost[t] = True
+                ghost[k] = True
                 while len(ghost) > g_cap:
                     ghost.popitem(last=False)
                 return
-            t, _ = main.popitem(last=False)
-            if freq[t] > 0:
-                freq[t] -= 1
-                main[t] = True
+            if freq[k] > 0:
+                freq[k] -= 1
+                main[k] = True
                 continue
             return
 
-    for k in keys:
-        if k in small or k in main:
-            hits += 1
-            freq[k] = min(freq[k] + 1, 3)
-            continue
-        while len(small) + len(main) >= cap:
-            evict()
-        if k in ghost:
-            del ghost[k]
-            main[k] = True
-        else:
-            small[k] = True
-        freq[k] = 0
-    return hits
+    for keys in requests:
+        pinned = set()
+        for k in keys:
+            if pinning:
+                pinned.add(k)
+            if k in q or k in small or k in main:
+                hits += 1
+                if policy == "lru":
+                    q.move_to_end(k)
+                elif policy == "clock":
+                    q[k] = 1
+                else:
+                    freq[k] = min(freq.get(k, 0) + 1, 3)
+                continue
+            while len(q) + len(small) + len(main) >= cap:
+                evict_one()
+                evictions += 1
+            if policy != "s3fifo":
+                q[k] = 0
+            elif k in ghost:
+                del ghost[k]
+                main[k] = True
+            else:
+                small[k] = True
+            freq[k] = 0
+    return hits, evictions
 
 
 @pytest.mark.parametrize("policy", ["lru", "fifo", "clock", "s3fifo"])
@@ -371,6 +389,63 @@ def test_eviction_policy_matches_textbook_reference(policy):
     cap = 40
     b, res = run(_cache_trace(keys), small_params(gpu_bytes=cap * OBJ, cpu_bytes=0, ssd_bytes=0, gpu_policy=policy))
     assert res.tier_stats["gpu"]["hits"] == ref_hits(policy, keys, cap)
+
+
+def _gpu_only(reqs: RequestTrace, cap: int, policy: str, **kw):
+    _, res = run(reqs, small_params(gpu_bytes=cap * OBJ, cpu_bytes=0, ssd_bytes=0, gpu_policy=policy, **kw))
+    g = res.tier_stats["gpu"]
+    # every chunk reference is a hit (its prefix) or found resident after the prefix broke, or made anew
+    return res.counters["chunk_references"] - g["computed"], g["evictions"] + g["deletes"], g
+
+
+def _requests(chunks: list[list[int]]) -> RequestTrace:
+    n = len(chunks)
+    return RequestTrace(arrival_ns=np.arange(n) * 10**9, input_tokens=np.array([len(c) * T for c in chunks]),
+                        output_tokens=np.ones(n, int), block_offsets=np.cumsum([0] + [len(c) for c in chunks]),
+                        block_ids=np.concatenate(chunks), block_tokens=T)
+
+
+def _libcachesim_hits(policy: str, keys: list[int], cap: int) -> int:
+    import libcachesim as lcs
+
+    cache = {"lru": lcs.LRU, "fifo": lcs.FIFO, "clock": lcs.Clock}[policy](cap)
+    return sum(bool(cache.get(lcs.Request(obj_size=1, obj_id=k))) for k in keys)
+
+
+def test_pinned_chunk_is_passed_over_the_issue_case():
+    """FIFO, a tier of 2 objects, requests [1], [2], [1, 3], [1]. Worked by hand: 1 and 2 are made; r2 hits 1
+    (pinned) and makes 3: the tier is full, its oldest entry is 1, in use, so it is passed over and 2 goes
+    (1 stays the oldest); r3 hits 1: 2 hits of 5 chunk references. A plain FIFO evicts 1 for 3 and misses
+    it in r3: 1 hit, libCacheSim's answer on the same key sequence."""
+    reqs = _requests([[1], [2], [1, 3], [1]])
+    hits, ev, g = _gpu_only(reqs, 2, "fifo")
+    assert (hits, ev, g["hits"], g["evictions_past_pinned"]) == (2, 1, 2, 1)
+    assert g["ref_hit_ratio"] == pytest.approx(2 / 5) and g["lookup_hit_ratio"] == pytest.approx(2 / 5)
+    plain_hits, plain_ev, g = _gpu_only(reqs, 2, "fifo", pinning=False)
+    assert (plain_hits, plain_ev, g["evictions_past_pinned"]) == (1, 2, 0)
+    assert plain_hits == _libcachesim_hits("fifo", [1, 2, 1, 3, 1], 2)
+
+
+def test_pinned_chunk_keeps_its_place():
+    """FIFO, 3 objects, requests [1], [2], [3], [1, 4], [5], [1]. r3 hits 1 (pinned, the oldest) and makes 4:
+    1 is passed over where it stands, 2 goes. r4 makes 5: 1 is no longer in use and still the oldest, so it
+    goes, and r5 misses it. (Moving the pinned 1 to the head, as the kernel once did, gave it a new lifetime:
+    r4 evicted 3 and r5 hit 1.)"""
+    hits, ev, g = _gpu_only(_requests([[1], [2], [3], [1, 4], [5], [1]]), 3, "fifo")
+    assert (hits, ev, g["evictions_past_pinned"]) == (1, 3, 1)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo", "clock", "s3fifo"])
+def test_pinning_matches_the_textbook_reference_with_pins(policy):
+    """Multi-chunk requests on one small tier: pins matter (and every key in use, at times). Hits and
+    evictions equal the textbook policy with the pin rule; without pinning, the plain textbook policy."""
+    reqs = random_trace(11, n=500, max_chunks=12, partial=0.0)
+    chunks, _ = chunks_of(reqs)
+    for cap in (5, 16, 40):
+        for pinning in (True, False):
+            got = _gpu_only(reqs, cap, policy, pinning=pinning)
+            assert got[:2] == ref_cache(policy, chunks, cap, pinning=pinning), (cap, pinning)
+            assert (got[2]["evictions_past_pinned"] > 0) == (pinning and policy != "lru"), (cap, pinning)
 
 
 def test_s3fifo_resists_the_scan_better_than_lru():

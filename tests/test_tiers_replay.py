@@ -102,7 +102,12 @@ def test_mooncake_three_tiers(mc3, mc3_run):
     for t in ("gpu", "cpu", "cxl", "ssd"):
         assert req["tiers"][t]["lookups"] == meta.tier_stats[t]["lookups"], t
         assert req["tiers"][t]["hits"] == meta.tier_stats[t]["hits"], t
-        assert req["tiers"][t]["hit_ratio"] == pytest.approx(meta.tier_stats[t]["hit_ratio"])
+        for k in ("chunk_references", "ref_hit_ratio", "lookup_hit_ratio"):
+            assert req["tiers"][t][k] == pytest.approx(meta.tier_stats[t][k]), (t, k)
+        # named for their denominators: every chunk of every request, the lookups that reached the tier
+        assert req["tiers"][t]["chunk_references"] == sum(v["chunks"] for v in req["chunks_by_source"].values())
+        assert 0 < req["tiers"][t]["ref_hit_ratio"] < req["tiers"][t]["lookup_hit_ratio"] < 1, t
+        assert not {"hit_ratio", "chunk_share"} & set(req["tiers"][t]), t
     assert req["chunks_by_source"]["unserved"]["chunks"] == 0
     for t in ("cpu", "cxl", "ssd"):
         r = req["tiers"][t]["ready_ns"]

@@ -111,3 +111,44 @@ def test_top10_share_counts_every_object(tmp_path):
     assert s["reuse"]["reuses"] == 210
     assert s["reuse"]["top10pct_objects_reuse_share"] == pytest.approx(57 / 210)
     assert s["reuse"]["objects_never_reused_share"] == pytest.approx(5 / 25)
+
+
+def _old_row(hits: int, lookups: int) -> dict:
+    """A tier row as traces before per-reference hit ratios wrote it: one ``hit_ratio`` = hits / lookups."""
+    return {"capacity_bytes": 1 << 30, "policy": "lru", "hits": hits, "lookups": lookups, "hit_ratio": hits / lookups,
+            "bytes_in": 0, "bytes_out": 0, "evictions": 0, "deletes": 0, "invalidations": 0, "peak_bytes": 0}
+
+
+@pytest.mark.parametrize("with_counters", [True, False])
+def test_old_trace_hit_ratios_read_as_what_they_are(tmp_path, with_counters):
+    """An old trace's ``hit_ratio`` was hits / lookups: read as the lookup ratio. The share of chunk references
+    follows from the chunk count the simulator recorded (GPU 31,912 hits of 162,794 lookups and of 571,526
+    chunks: the Mooncake import's figures); without the count it is not made up but shown as n/a."""
+    import json
+
+    from cli_helpers import kvbed, ok
+    from kvreplay.tiers import hitratio
+    from testbed.study.table import _hit_ratios
+
+    b = make_batch(ts_ns=np.array([0, 1]), op=np.array(["create", "commit"]), obj_id=np.array([1, 1], np.uint64),
+                   tier=np.array(["gpu", "gpu"]), nbytes=np.full(2, 1000), ntokens=np.full(2, 4))
+    stats = {"gpu": _old_row(31_912, 162_794), "cpu": _old_row(74_128, 130_882),
+             "all": {"chunk_hit_ratio": 0.26, "token_hit_ratio": 0.27, "mean_queue_ns": 0, "max_queue_ns": 0}}
+    extra = {"tier_sim_counters": {"chunk_references": 571_526, "chunks": 571_526}} if with_counters else {}
+    path = write_trace(tmp_path / "old.parquet", b, TraceMeta(tier_stats=stats, extra=extra))
+    s = json.loads(ok(kvbed("trace", "stats", path, "--json")).stdout)
+    gpu = s["meta"]["tier_stats"]["gpu"]
+    assert "hit_ratio" not in gpu
+    assert gpu["lookup_hit_ratio"] == pytest.approx(31_912 / 162_794)  # 19.6%
+    text = ok(kvbed("trace", "stats", path)).stdout
+    assert "hits / all chunks" in text and "hits / lookups" in text and "19.6%" in text
+    study_cols = _hit_ratios(path)  # a study's table columns
+    assert study_cols["lookup_hit_ratio_gpu"] == gpu["lookup_hit_ratio"]
+    if with_counters:
+        assert (gpu["chunk_references"], gpu["ref_hit_ratio"]) == (571_526, pytest.approx(31_912 / 571_526))
+        assert "5.6%" in text and "n/a" not in text
+        assert study_cols["ref_hit_ratio_cpu"] == pytest.approx(74_128 / 571_526)
+    else:
+        assert gpu["ref_hit_ratio"] is None and gpu["ref_hit_ratio_note"] == hitratio.NOT_RECORDED
+        assert "n/a" in text and "not recorded in this trace" in text
+        assert study_cols["ref_hit_ratio_cpu"] is None

@@ -34,6 +34,7 @@ from devicemodels.histogram import LatencyHistogram
 from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.costmodel import CostParams
+from kvreplay.tiers import hitratio
 from testbed.core.errors import KvbedError
 from testbed.core.params import check_fields, param
 
@@ -204,9 +205,10 @@ def request_section(reader: S.TraceReader, reads: dict[int, tuple[np.ndarray, np
         modes[mode] = {"ttft_ns": _lat(ttft), "kv_ready_ns": _lat(p["kv_ready"]), "queue_ns": _lat(queue),
                        "loaded_tokens": int(p["loaded_tokens"].sum())}
         series += [(f"ttft.{mode}", ttft), (f"kv_ready.{mode}", p["kv_ready"]), (f"queue.{mode}", queue)]
-    # where the chunks came from, and each tier's hit ratio among the lookups that reached it. As in the tier
-    # simulator, a request probes its prefix chunk by chunk and stops at the first chunk no tier holds: its
-    # computed chunks are one lookup that missed everywhere; a load the replay could not serve missed too.
+    # where the chunks came from, and per tier the share of every request's chunks it served (ref_hit_ratio)
+    # and its hits among the lookups that reached it (lookup_hit_ratio; kvreplay.tiers.hitratio). As in the
+    # tier simulator, a request probes its prefix chunk by chunk and stops at the first chunk no tier holds:
+    # its computed chunks are one lookup that missed everywhere; a load the replay could not serve missed too.
     tok, src = ev["tokens"], ev["source"]
     by_src = {s: {"chunks": int(np.count_nonzero(src == i)), "tokens": int(tok[src == i].sum())}
               for i, s in enumerate(SOURCES)}
@@ -218,8 +220,7 @@ def request_section(reader: S.TraceReader, reads: dict[int, tuple[np.ndarray, np
         if s != "gpu" and S.TIER[s] not in reads:
             reached -= served
             continue
-        entry: dict[str, Any] = {"lookups": reached, "hits": served, "hit_ratio": served / reached if reached else 0.0,
-                                 "chunk_share": served / len(tok) if len(tok) else 0.0}
+        entry: dict[str, Any] = {"lookups": reached, "hits": served, **hitratio.ratios(served, reached, len(tok))}
         if s != "gpu":  # a loaded chunk's wait from its request's start (device queueing included)
             m = (src == i) & (ready >= 0)
             entry["ready_ns"] = _lat(ready[m])

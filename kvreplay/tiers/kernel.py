@@ -45,6 +45,7 @@ from kvreplay.tiers.state import (
     CT_LOAD,
     CT_LOAD_BYTES,
     CT_LOOKUPS,
+    CT_PAST_PINNED,
     CT_PEAK_BYTES,
     CT_PERSIST,
     CT_PERSIST_BYTES,
@@ -100,6 +101,8 @@ from kvreplay.tiers.state import (
     QH,
     QM,
     QN,
+    QP,
+    QR,
     QS,
     QT,
     S_CB,
@@ -159,6 +162,8 @@ def _push_head(Q, S, t, q, k, nb):
 def _unlink(Q, S, t, q, k, nb):
     nx = S[t, k, S_NEXT]
     pv = S[t, k, S_PREV]
+    if Q[t, q, QP] == k:  # the pinned run at the tail ends at k: it now ends one older (-1: empty)
+        Q[t, q, QP] = nx
     if pv >= 0:
         S[t, pv, S_NEXT] = nx
     else:
@@ -231,53 +236,81 @@ def _ghost_add(cfg, st, t, k):
         S[t, g, S_W] = W_NONE
 
 
+#: ``cur`` of a victim search that pins nothing (request ids are >= 0, ``TierState.pin`` -1 when unused)
+NO_PIN = -2
+
+
+@kernel(inline="always")
+def _past_pinned_run(Q, S, pin, t, q, cur):
+    """The oldest key of queue q that request ``cur`` does not use (-1: it uses them all), when its tail is one
+    it uses. Those keys are passed over and stay where they stand: they form a run at the tail, whose newest
+    key Q[t, q, QP] remembers while ``cur`` runs (QR), so a search starts past the run and each pinned key is
+    passed over once per request, however many evictions the request causes."""
+    if Q[t, q, QR] != cur:
+        Q[t, q, QR] = cur
+        Q[t, q, QP] = -1
+    p = Q[t, q, QP]
+    k = Q[t, q, QT] if p < 0 else S[t, p, S_PREV]
+    while k >= 0 and pin[k] == cur:
+        p = k
+        k = S[t, k, S_PREV]
+    Q[t, q, QP] = p
+    return k
+
+
 @kernel(inline="always")
 def pol_victim(cfg, st, t, cur, allow_pinned):
-    """Choose and unlink a victim from tier t; -1 if the tier is empty.
+    """Choose and unlink a victim from tier t; -1 if there is none.
 
-    Keys in use by the running request (``st.pin[k] == cur``: its cached prefix and the
-    chunks it made so far) are skipped like a referenced entry, in every tier (a chunk being
-    loaded is not evicted from under the load). If every entry is pinned, one is evicted
-    anyway when ``allow_pinned`` (the request needs the room), else -1.
+    The policy runs as it would without pins, except that keys in use by the running request
+    (``st.pin[k] == cur``: its cached prefix and the chunks it made so far) are passed over where they
+    stand: their queue, place in it and access count stay as they are, and the policy goes on with the
+    next key (S3-FIFO: if the queue it evicts from holds only such keys, it evicts from the other one).
+    So a chunk being loaded is not evicted from under the load, in every tier. If every key of the tier
+    is in use, the policy's own choice is evicted anyway when ``allow_pinned`` (the request needs the
+    room), else -1 (a spill target: the spill is dropped). ``cur = NO_PIN`` pins nothing (a plain cache).
+    Searches that passed over a pinned key, or refused a spill, count in CT_PAST_PINNED: when it stays 0
+    the tier evicted exactly as the plain policy.
     """
     Q, S, P, cap, pin = st.Q, st.S, cfg.P, cfg.cap, st.pin
-    guard = Q[t, QS, QN] + Q[t, QM, QN]  # one full rotation
-    skipped = 0
+    passed = False
     while Q[t, QS, QN] + Q[t, QM, QN] > 0:
         use_small = Q[t, QS, QN] > 0 and (Q[t, QS, QB] >= P[t, P_SMALL] * cap[t] or Q[t, QM, QN] == 0)
-        if use_small:
-            k = Q[t, QS, QT]
-            pinned = pin[k] == cur
-            if pinned and skipped >= guard:
+        q = QS if use_small else QM
+        k = Q[t, q, QT]
+        if pin[k] == cur:  # the tail is in use (never with cur = NO_PIN): past the pinned run
+            passed = True
+            k = _past_pinned_run(Q, S, pin, t, q, cur)
+        if k < 0:
+            q = QM if use_small else QS
+            k = Q[t, q, QT]
+            if k >= 0 and pin[k] == cur:
+                k = _past_pinned_run(Q, S, pin, t, q, cur)
+            if k < 0:
                 if not allow_pinned:
+                    st.CT[t, CT_PAST_PINNED] += 1
                     return -1
-                pinned = False
-            if S[t, k, S_F] >= P[t, P_PROMOTE] and P[t, P_PROMOTE] > 0.0 or pinned:
+                cur = NO_PIN  # every key is in use: as if none were
+                passed = False
+                continue
+        if q == QS:
+            if S[t, k, S_F] >= P[t, P_PROMOTE] and P[t, P_PROMOTE] > 0.0:
                 _unlink(Q, S, t, QS, k, S[t, k, S_CB])
                 S[t, k, S_W] = W_MAIN
                 _push_head(Q, S, t, QM, k, S[t, k, S_CB])
-                if pinned:
-                    skipped += 1
                 continue
             _unlink(Q, S, t, QS, k, S[t, k, S_CB])
             _ghost_add(cfg, st, t, k)
-            return k
-        k = Q[t, QM, QT]
-        pinned = pin[k] == cur
-        if pinned and skipped >= guard:
-            if not allow_pinned:
-                return -1
-            pinned = False
-        if S[t, k, S_F] > 0 or pinned:
-            if pinned:
-                skipped += 1
-            else:
-                S[t, k, S_F] -= 1
+        elif S[t, k, S_F] > 0:
+            S[t, k, S_F] -= 1
             _unlink(Q, S, t, QM, k, S[t, k, S_CB])
             _push_head(Q, S, t, QM, k, S[t, k, S_CB])
             continue
-        _unlink(Q, S, t, QM, k, S[t, k, S_CB])
-        S[t, k, S_W] = W_NONE
+        else:
+            _unlink(Q, S, t, QM, k, S[t, k, S_CB])
+            S[t, k, S_W] = W_NONE
+        if passed:
+            st.CT[t, CT_PAST_PINNED] += 1
         return k
     return -1
 
@@ -434,7 +467,7 @@ def _make_room(cfg, st, t0, need0, ts, req, sess):
     FR[1, 0] = -1
     FR[2, 0] = -1
     FR[3, 0] = need0
-    cur = st.sc[SC_CUR_REQ]
+    cur = st.sc[SC_CUR_REQ] if cfg.pinning else NO_PIN
     while True:
         t = FR[0, d]
         if FR[2, d] >= 0:

@@ -16,7 +16,13 @@ The model (every number is a :class:`TierSimParams` field, overridable):
   the tiers above the source (inclusive). ``spill`` keeps new chunks in GPU and
   writes a victim to the next tier only when it is evicted (a victim cache).
 * Each tier evicts with its own policy (``EVICTION_POLICIES``: lru, fifo, clock,
-  s3fifo). Chunks in use by the running request are pinned (skipped by eviction in every tier).
+  s3fifo). Chunks in use by the running request (its cached prefix and the chunks it made
+  so far) are pinned, in every tier: eviction passes over them where they stand (their place,
+  queue and access count unchanged) and takes the next entry the policy would; if every
+  entry of a tier is pinned, the policy's own choice goes anyway (a spill into such a tier is
+  dropped instead). Each tier's ``evictions_past_pinned`` counts the evictions that passed over
+  a pinned entry (0: the tier evicted as the plain policy). ``pinning=False`` turns this off:
+  each tier is then a plain cache, as cache simulators (libCacheSim) model one.
 * With ``ssd_kind`` quantized/compressed (for all tenants or per tenant), the SSD
   stores a derived object (``transform`` with parent = the exact object, size
   scaled by the kind's ratio); loading it rebuilds an exact object (``transform``
@@ -62,6 +68,7 @@ from kvreplay import schema
 from kvreplay.requests import RequestTrace
 from kvreplay.schema import EventBatch
 from kvreplay.tiers import kernel as K
+from kvreplay.tiers import hitratio
 from kvreplay.tiers import state as TS
 from kvreplay.tiers.geometry import DEFAULT_MODEL, DTYPE_BYTES, MODELS, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
@@ -94,6 +101,8 @@ class TierSimParams:
     cpu_policy: str = param("lru", "CPU eviction policy", choices=EVICTION_POLICIES.names)
     cxl_policy: str = param("lru", "CXL eviction policy", choices=EVICTION_POLICIES.names)
     ssd_policy: str = param("lru", "SSD eviction policy", choices=EVICTION_POLICIES.names)
+    pinning: bool = param(True, "chunks in use by the running request are passed over by eviction, in every tier "
+                                "(off: each tier is a plain cache, as cache simulators such as libCacheSim model one)")
     write_policy: str = param("write-through", "write-through: every new chunk to every lower tier at commit; "
                                                "spill: to the next tier only when evicted", choices=WRITE_POLICIES)
     promote_on_load: bool = param(True, "write-through: a load also refills the tiers above its source")
@@ -243,8 +252,11 @@ def _to_batch(EV: np.ndarray, n: int) -> EventBatch:
 
 
 def tier_report(params: TierSimParams, CT: np.ndarray, G: np.ndarray, Q: np.ndarray) -> dict[str, Any]:
-    """Per tier: hit ratio (hits / lookups that reached the tier), bytes in (persist/commit) and out (load)."""
+    """Per tier: the chunk references it served (``ref_hit_ratio``: hits / every chunk of every request) and
+    its hits among the lookups that reached it (``lookup_hit_ratio``; see :mod:`kvreplay.tiers.hitratio`),
+    bytes in (persist/commit) and out (load)."""
     out: dict[str, Any] = {}
+    chunks = int(G[TS.G_CHUNKS])
     for i, t in enumerate(SIM_TIERS):
         cap = params.capacity(t)
         if cap <= 0:
@@ -252,13 +264,14 @@ def tier_report(params: TierSimParams, CT: np.ndarray, G: np.ndarray, Q: np.ndar
         row = {name: int(CT[i, j]) for j, name in enumerate(TS.CT_NAMES)}
         row["capacity_bytes"] = cap
         row["policy"] = params.policy(t)
-        row["hit_ratio"] = row["hits"] / row["lookups"] if row["lookups"] else 0.0
+        row.update(hitratio.ratios(row["hits"], row["lookups"], chunks))
         row["bytes_in"] = row["persist_bytes"] + row["computed_bytes"]
         row["bytes_out"] = row["load_bytes"]
         row["end_bytes"] = int(Q[i, TS.QS, TS.QB] + Q[i, TS.QM, TS.QB])
         out[t] = row
-    chunks = int(G[TS.G_CHUNKS])
     out["all"] = {
+        "chunk_references": chunks,
+        "hit_chunks": int(G[TS.G_HIT_CHUNKS]),
         "chunk_hit_ratio": int(G[TS.G_HIT_CHUNKS]) / chunks if chunks else 0.0,
         "token_hit_ratio": int(G[TS.G_HIT_TOKENS]) / max(1, int(G[TS.G_HIT_TOKENS] + G[TS.G_COMPUTED_TOKENS])),
         "computed_tokens": int(G[TS.G_COMPUTED_TOKENS]),

@@ -35,7 +35,11 @@ assert TIER_NAMES == ("gpu", "cpu", "cxl", "ssd")  # the order of sim.SIM_TIERS
 # queues of a tier (TierState.Q[t, q, :]) and their columns
 QS, QM, QG = 0, 1, 2  # small, main, ghost
 QH, QT, QB, QN = 0, 1, 2, 3  # head key, tail key (-1: empty), bytes, entries
-Q_WIDTH = 4
+# QP, QR: the run of keys at the queue's tail that request QR uses (pinned), known up to key QP, its newest
+# (-1: none known). A victim search passes over those keys without moving them, so while QR runs they stay
+# a run at the tail and the next search starts past QP: no key is passed over twice (see pol_victim).
+QP, QR = 4, 5
+Q_WIDTH = 6
 
 # which queue holds a key in a tier (column S_W): none, small, main, ghost (the ghost holds no data)
 W_NONE, W_SMALL, W_MAIN, W_GHOST = 0, 1, 2, 3
@@ -93,11 +97,13 @@ SC_WIDTH = 11
     CT_REJECTED,
     CT_EXPIRED,
     CT_EXPIRED_BYTES,
-) = range(21)
+    CT_PAST_PINNED,
+) = range(22)
 CT_NAMES = (
     "lookups", "hits", "hit_bytes", "persists", "persist_bytes", "loads", "load_bytes", "evictions",
     "eviction_bytes", "deletes", "delete_bytes", "invalidations", "invalidation_bytes", "computed",
     "computed_bytes", "transforms", "transform_bytes", "peak_bytes", "rejected", "expirations", "expired_bytes",
+    "evictions_past_pinned",
 )
 CT_WIDTH = len(CT_NAMES)
 
@@ -181,13 +187,15 @@ class TierConfig(NamedTuple):
     tenant_kind: np.ndarray  # int64[N]       kind code (schema.KIND) of the SSD's copy per tenant (0: exact)
     kind_ratio: np.ndarray  # float64[len(schema.KINDS)] bytes of a copy of that kind / exact
     ttl_ns: np.ndarray  # int64[N]            retention per tenant (ns; 0: none)
+    pinning: bool  # chunks the running request uses are passed over by eviction (False: a plain cache)
     margin: int  # events budgeted per chunk when deciding whether a request fits in the buffer
 
 
 class TierState(NamedTuple):
     """Everything the kernel changes; persists across its calls (allocated by :func:`build`)."""
 
-    Q: np.ndarray  # int64[NT, 3, Q_WIDTH]     per tier, per queue (QS, QM, QG): head, tail, bytes, entries
+    Q: np.ndarray  # int64[NT, 3, Q_WIDTH]     per tier, per queue (QS, QM, QG): head, tail, bytes, entries,
+    #                                            pinned run at the tail (QP, QR)
     S: np.ndarray  # int64[NT, K, S_WIDTH]     per tier and key: queue links, queue, access count, bytes, object
     # per-key fields of no tier; strided views of S's padding (S[GPU, :, S_PAD0] and so on, see build)
     inst: np.ndarray  # int64[K] (view)        live exact object of key k (0: none)
@@ -272,6 +280,7 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
         tenant_kind=np.array([KIND[per_tenant.get(t, default_kind)] for t in reqs.tenants], np.int64),
         kind_ratio=kind_ratio,
         ttl_ns=np.array([int(per_ttl.get(t, default_ttl) * 1e9) for t in reqs.tenants], np.int64),
+        pinning=bool(params.pinning),
         margin=np.int64(margin),
     )
 
@@ -282,6 +291,8 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
     Q = np.zeros((NT, 3, Q_WIDTH), np.int64)
     Q[:, :, QH] = -1
     Q[:, :, QT] = -1
+    Q[:, :, QP] = -1
+    Q[:, :, QR] = -1
     S = np.zeros((NT, max(nkeys, 1), S_WIDTH), np.int64)
     S[:, :, S_NEXT] = -1
     S[:, :, S_PREV] = -1

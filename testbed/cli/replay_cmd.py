@@ -348,9 +348,11 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
     res = parts["result"]
     req = res.get("requests") or {}
     pct = lambda lat, p: (lat or {}).get("percentile", {}).get(p)  # noqa: E731
+    hit = lambda tier, k: (req.get("tiers") or {}).get(tier, {}).get(k)  # noqa: E731
     return {
         "tiers": {j["tier"]: {"device": j["device"], "hints": j["hints"], "waf": j["waf"],
-                              "hit_ratio": (req.get("tiers") or {}).get(j["tier"], {}).get("hit_ratio"),
+                              "ref_hit_ratio": hit(j["tier"], "ref_hit_ratio"),
+                              "lookup_hit_ratio": hit(j["tier"], "lookup_hit_ratio"),
                               "object_read_p50_ns": pct((j.get("object_read") or {}).get("lat_ns"), "50.000000"),
                               "object_read_p99_ns": pct((j.get("object_read") or {}).get("lat_ns"), "99.000000"),
                               "gc_stall": j.get("gc_stall"), "saturation": j.get("saturation")}
@@ -370,15 +372,18 @@ def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> 
 
     s = _tiers_summary(parts)
     t = Table(title="multi-tier replay")
-    for col in ("tier", "device", "hints", "WAF", "hit ratio", "load p50", "load p99", "writes GC-stalled",
-                "backlogged"):
+    for col in ("tier", "device", "hints", "WAF", "hits / all chunks", "hits / lookups", "load p50", "load p99",
+                "writes GC-stalled", "backlogged"):
         t.add_column(col)
+    ratio = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
     for tier, r in s["tiers"].items():
         gs = r["gc_stall"] or {}
         t.add_row(tier, r["device"], r["hints"], f"{r['waf']:.4f}" if r["waf"] is not None else "-",
-                  f"{r['hit_ratio']:.3f}" if r["hit_ratio"] is not None else "-",
+                  ratio(r["ref_hit_ratio"]), ratio(r["lookup_hit_ratio"]),
                   fmt_ns(r["object_read_p50_ns"]), fmt_ns(r["object_read_p99_ns"]),
                   f"{100 * gs['stalled_write_cmds_ratio']:.2f}%" if gs else "-", saturation_cell(r["saturation"]))
+    t.caption = ("hits / all chunks: the share of every request's chunks the tier served; hits / lookups: among "
+                 "the chunks looked up in it (a request stops at its first chunk no tier holds)")
     con.print(t)
     q = Table(title=f"TTFT estimate (headline: on-hit {s['on_hit']})")
     for col in ("on hit", "mean", "p50", "p99"):

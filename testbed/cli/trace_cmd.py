@@ -100,22 +100,31 @@ def build_tier_params(base: Any, kwargs: dict[str, Any], extra: list[str]) -> An
 
 def _tier_table(tier_stats: dict[str, Any]) -> Table:
     t = Table(title="tier simulation", title_justify="left")
-    for c in ("tier", "capacity", "policy", "hit ratio", "lookups", "bytes in", "bytes out", "evictions", "deletes",
-              "invalidations", "peak"):
+    for c in ("tier", "capacity", "policy", "hits / all chunks", "hits / lookups", "lookups", "bytes in", "bytes out",
+              "evictions", "deletes", "invalidations", "peak"):
         t.add_column(c, justify="left" if c in ("tier", "policy") else "right")
     from kvreplay.tiers import SIM_TIERS
 
+    old = False
     for name in SIM_TIERS:
         r = tier_stats.get(name)
         if r is None:
             continue
-        t.add_row(name, fmt_bytes(r["capacity_bytes"]), r["policy"], fmt_pct(r["hit_ratio"]), f"{r['lookups']:,}",
+        ref = r.get("ref_hit_ratio")
+        old = old or ref is None
+        t.add_row(name, fmt_bytes(r["capacity_bytes"]), r["policy"], "n/a" if ref is None else fmt_pct(ref),
+                  fmt_pct(r["lookup_hit_ratio"]), f"{r['lookups']:,}",
                   fmt_bytes(r["bytes_in"]), fmt_bytes(r["bytes_out"]), f"{r['evictions']:,}", f"{r['deletes']:,}",
                   f"{r['invalidations']:,}", fmt_bytes(r["peak_bytes"]))
+    lines = ["hits / all chunks: the share of every request's chunks the tier served; hits / lookups: among the "
+             "chunks looked up in it (a request stops at its first chunk no tier holds)"]
+    if old:
+        lines.append("n/a: not recorded in this trace (written before per-chunk hit ratios, without a chunk count)")
     a = tier_stats.get("all")
     if a:
-        t.caption = (f"prefix reuse: {fmt_pct(a['chunk_hit_ratio'])} of chunks, {fmt_pct(a['token_hit_ratio'])} of "
+        lines.append(f"prefix reuse: {fmt_pct(a['chunk_hit_ratio'])} of chunks, {fmt_pct(a['token_hit_ratio'])} of "
                      f"tokens; mean queueing {fmt_ns(a['mean_queue_ns'])} (max {fmt_ns(a['max_queue_ns'])})")
+    t.caption = "\n".join(lines)
     return t
 
 

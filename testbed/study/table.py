@@ -97,17 +97,20 @@ def t975(n: int) -> float:
     return _T975[n - 2] if n - 1 <= len(_T975) else 1.96
 
 
-def _hit_ratios(trace_file: Path) -> dict[str, float]:
-    """Per-tier hit ratios the tier simulator recorded in the trace (empty for a trace without them)."""
+def _hit_ratios(trace_file: Path) -> dict[str, float | None]:
+    """Per-tier hit ratios the tier simulator recorded in the trace (empty for a trace without them):
+    ``ref_hit_ratio_TIER`` = the tier's hits / every chunk of every request, ``lookup_hit_ratio_TIER`` = its
+    hits / the lookups that reached it (kvreplay.tiers.hitratio; None where an old trace did not record it)."""
     from kvreplay import schema as S
+    from kvreplay.tiers import hitratio
 
     try:
         meta = S.TraceReader(trace_file).meta
     except Exception:  # a trace given by path that has no simulator stats, or is gone
         return {}
-    stats = meta.tier_stats or {}
-    return {f"hit_ratio_{t}": v.get("hit_ratio") for t, v in stats.items()
-            if isinstance(v, dict) and v.get("hit_ratio") is not None}
+    stats = hitratio.upgrade(meta.tier_stats or {}, meta.extra.get("tier_sim_counters"))
+    return {f"{k}_{t}": v.get(k) for t, v in stats.items() if isinstance(v, dict) and "lookup_hit_ratio" in v
+            for k in ("ref_hit_ratio", "lookup_hit_ratio")}
 
 
 def build(study_dir: Path) -> Any:
