@@ -342,6 +342,7 @@ def ref_cache(policy: str, requests: list[list[int]], cap: int, pinning: bool = 
             if d is small:
                 if freq[k] >= 2:
                     main[k] = True
+                    freq[k] = 0  # enters the main queue unreferenced
                     continue
                 ghost[k] = True
                 while len(ghost) > g_cap:

@@ -9,7 +9,7 @@ oracleGeneral binary trace and the same capacity in bytes. Counted alike on both
 - insertions; evictions = insertions - objects held at the end.
 
 With ``pinning=False`` the tier is a plain cache: LRU, FIFO and CLOCK give libCacheSim's hits and evictions
-exactly; S3-FIFO is within 1 pp of libCacheSim's S3FIFO brought to the original insertion rule (the
+exactly; S3-FIFO gives the hits and evictions of libCacheSim's S3FIFO brought to the original insertion rule (the
 remaining differences: kvreplay/tiers/policies.py). With pinning (the default; an engine cannot evict a block
 its running request uses) a tier whose ``evictions_past_pinned`` is 0 still matches exactly: every difference
 to libCacheSim comes from the pins.
@@ -122,11 +122,12 @@ def test_plain_tier_gives_libcachesim_hits_and_evictions(runs, policy):
     assert 0.15 < got[policy, CAPACITIES[-1]]["lcs"][0] / refs < 0.2
 
 
-def test_plain_s3fifo_within_1pp_of_libcachesim(runs):
+def test_plain_s3fifo_gives_libcachesim_hits(runs):
+    """Within 1 pp was asked; with the access count reset on promotion (as libCacheSim does) hits and evictions
+    are identical at every capacity (the remaining differences, kvreplay/tiers/policies.py, move neither here)."""
     got, refs = runs
     for cap in CAPACITIES:
-        (hits, _, _), (want, _) = got["s3fifo", cap]["plain"], got["s3fifo", cap]["lcs"]
-        assert abs(hits - want) / refs < 0.01, cap // GiB
+        assert got["s3fifo", cap]["plain"][:2] == got["s3fifo", cap]["lcs"], cap // GiB
 
 
 def test_differences_with_pinning_come_from_the_pins(runs):

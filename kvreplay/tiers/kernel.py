@@ -297,6 +297,7 @@ def pol_victim(cfg, st, t, cur, allow_pinned):
             if S[t, k, S_F] >= P[t, P_PROMOTE] and P[t, P_PROMOTE] > 0.0:
                 _unlink(Q, S, t, QS, k, S[t, k, S_CB])
                 S[t, k, S_W] = W_MAIN
+                S[t, k, S_F] = 0  # enters the main queue unreferenced (S3-FIFO's reference implementation)
                 _push_head(Q, S, t, QM, k, S[t, k, S_CB])
                 continue
             _unlink(Q, S, t, QS, k, S[t, k, S_CB])

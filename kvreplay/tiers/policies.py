@@ -23,19 +23,17 @@ the Mooncake conversation trace's 571,526 chunk references, 32/128/512 GiB; with
 * ``lru``, ``fifo``, ``clock``: identical hits and evictions to libCacheSim's LRU,
   FIFO and Clock (1-bit counter) at every capacity.
 * ``s3fifo`` against libCacheSim's S3FIFO brought to the original insertion rule
-  (see the test's ``libcachesim_cache``), the differences that remain:
-  (1) an entry promoted from the small to the main queue keeps its access count
-  (libCacheSim resets it to 0, as our CXL-SSD cache does); the only one that moved
-  the figures: 164 fewer hits (-0.029 pp of the references) at 512 GiB, none at 32
-  and 128 GiB (a Python model with only this changed gives libCacheSim's hits);
-  (2) the small queue is evicted from while it holds >= 10% of the capacity in bytes
+  (see the test's ``libcachesim_cache``): identical hits and evictions at every capacity. An entry promoted
+  from the small to the main queue enters it with its access count reset to 0, as in
+  libCacheSim (and our CXL-SSD cache); keeping the count instead cost 164 hits (-0.029 pp)
+  at 512 GiB. Differences that remain, none of which changed a hit or an eviction on the trace:
+  (1) the small queue is evicted from while it holds >= 10% of the capacity in bytes
   (libCacheSim: while the main queue holds <= capacity - int(10% of it)), re-decided
   after each promotion (libCacheSim keeps evicting from the small queue until one
-  entry leaves it); (3) a missed key is looked up in the ghost after the eviction
+  entry leaves it); (2) a missed key is looked up in the ghost after the eviction
   that makes room for it (libCacheSim: before, so an eviction cannot push it out of
-  the ghost first); (4) the access count saturates at 3 on hits (libCacheSim counts
-  on and caps at reinsertion: the same decisions). (2)-(4) changed no hit or eviction
-  on the trace at any of the three capacities.
+  the ghost first); (3) the access count saturates at 3 on hits (libCacheSim counts
+  on and caps at reinsertion: the same decisions).
 * With pinning, a tier whose ``evictions_past_pinned`` is 0 is the plain policy;
   LRU never reaches a chunk its request uses, so it stays libCacheSim's. On the
   Mooncake trace every FIFO, CLOCK and S3-FIFO eviction passes over the pinned first
