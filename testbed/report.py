@@ -63,6 +63,7 @@ def compare(runs: list[Run]) -> list[dict[str, Any]]:
             "incomplete": bool(r.result.get("incomplete")),
             "seed": ((r.config.get("tiers") or {}).get(j.get("tier")) or r.config).get("replay", {}).get("seed"),
             **_ttft(r.result.get("requests")),
+            **_hit_ratios((r.result.get("requests") or {}).get("tiers"), j.get("tier")),
         })
     from testbed.rundiff import differing
 
@@ -101,6 +102,15 @@ def _saturation(sat: dict[str, Any] | None) -> dict[str, Any]:
     return {"saturated": sat.get("saturated"), "backlogged_ratio": sat.get("backlogged_ratio"),
             "busy_ratio": sat.get("busy_ratio"), "longest_backlog_ns": sat.get("longest_backlog_ns"),
             "saturation": sat or None}
+
+
+def _hit_ratios(tiers: dict[str, Any] | None, tier: str | None) -> dict[str, Any]:
+    """A multi-tier run's tier: hits / every chunk of every request, and hits / the lookups that reached it."""
+    if not tiers or tier not in tiers:
+        return {}
+    t = tiers[tier]  # a run saved before the two names: chunk_share was hits / all chunks, hit_ratio hits / lookups
+    return {"ref_hit_ratio": t.get("ref_hit_ratio", t.get("chunk_share")),
+            "lookup_hit_ratio": t.get("lookup_hit_ratio", t.get("hit_ratio"))}
 
 
 def _ttft(req: dict[str, Any] | None) -> dict[str, Any]:
@@ -145,10 +155,17 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
     ]
     if any("ttft_p50_ns" in r for r in rows):
         cols += [("TTFT p50", lambda r: fmt_ns(r.get("ttft_p50_ns"))), ("TTFT p99", lambda r: fmt_ns(r.get("ttft_p99_ns")))]
+    if any("lookup_hit_ratio" in r for r in rows):
+        ratio = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        cols += [("hits / all chunks", lambda r: ratio(r.get("ref_hit_ratio"))),
+                 ("hits / lookups", lambda r: ratio(r.get("lookup_hit_ratio")))]
     cols.append(("backlogged", lambda r: labels.saturation_cell(r["saturation"])))
     notes = ["GC stall (sum): summed over stalls, which overlap in time; writes stalled: share of the device's "
              "write commands that waited for foreground GC; stall p99: among those; backlogged: share of the "
              "span during which an op in flight had waited longer than the run's saturation_wait_ns"]
+    if any("lookup_hit_ratio" in r for r in rows):
+        notes.append("hits / all chunks: the share of every request's chunks the tier served; hits / lookups: among "
+                     "the chunks looked up in it (a request stops at its first chunk no tier holds)")
     notes += [f"[red]{Path(r['run']).name}" + (f" ({r['tier']})" if "ttft_p50_ns" in r else "") +
               f": {labels.saturation_warning(r['saturation'])}[/red]" for r in rows if r["saturated"]]
     t.caption = "\n".join(notes)

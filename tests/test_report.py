@@ -173,3 +173,19 @@ def test_report_of_multitier_runs_compares_tier_by_tier(tmp_path):
                                             {"clock": None, "op_ratio": None}, {"clock": "bytes", "op_ratio": 0.2}]
     out = ok(kvbed("report", tmp_path / "plain", tmp_path / "tuned", "--no-plot")).stdout
     assert "what differs" in out and "op_ratio" in out
+    # each tier's two hit ratios, named for their denominators, are those of the run's requests section
+    req = json.loads((tmp_path / "plain" / "result.json").read_text())["requests"]["tiers"]
+    for r in rows[:2]:
+        assert (r["ref_hit_ratio"], r["lookup_hit_ratio"]) == (req[r["tier"]]["ref_hit_ratio"],
+                                                               req[r["tier"]]["lookup_hit_ratio"])
+        assert 0 < r["ref_hit_ratio"] < r["lookup_hit_ratio"] < 1
+    assert "hits / all chunks" in out and "hits / lookups" in out
+
+
+def test_report_reads_the_hit_ratios_of_a_run_saved_before_their_names():
+    """Before: requests.tiers had chunk_share (hits / all chunks) and hit_ratio (hits / lookups)."""
+    from testbed.report import _hit_ratios
+
+    old = {"cpu": {"lookups": 40, "hits": 10, "hit_ratio": 0.25, "chunk_share": 0.05}}
+    assert _hit_ratios(old, "cpu") == {"ref_hit_ratio": 0.05, "lookup_hit_ratio": 0.25}
+    assert _hit_ratios(old, "ssd") == {} and _hit_ratios(None, "cpu") == {}
