@@ -259,3 +259,18 @@ def test_a_one_seed_study_says_so_and_marks_its_saturated_points(tmp_path):
     assert "## Saturated points" in md and "latency tails measure queueing behind a device that cannot keep up" in md
     for _, r in sat.iterrows():
         assert r["run_dir"] in md
+
+
+def test_the_default_threshold_is_above_every_gc_stall_of_a_device_that_keeps_up(tmp_path):
+    """saturation_wait_ns's default (2 s) is justified in its help by the demo: the runs of `make demo` keep up, and
+    their longest single foreground-GC stall stays below it, so the flag does not mistake a GC stall for overload."""
+    from kvreplay.replay.params import ReplayParams
+
+    ok(kvbed("trace", "synth", "-o", tmp_path / "sample.parquet"))
+    for hints in ("none", "oracle"):
+        ok(kvbed("replay", tmp_path / "sample.parquet", "--device", "fdp", "--hints", hints, "-o", tmp_path / hints,
+                 "--no-plots", "-q"))
+        job = json.loads((tmp_path / hints / "result.json").read_text())["jobs"][0]
+        gs, sat = job["gc_stall"], job["saturation"]
+        assert gs["stalled_write_cmds"] > 100 and sat["saturated"] is False, hints  # GC stalls, and it keeps up
+        assert 0.3e9 < gs["stalled_write_wait_ns"]["max"] < ReplayParams().saturation_wait_ns, hints

@@ -36,9 +36,9 @@ class ReplayParams:
     saturation_wait_ns: int = param(
         2_000_000_000,
         "an op in flight longer than this (arrival to now) means the device is backlogged: it is behind the "
-        "arrivals, and latency past this is queueing (result.json job 'saturation'). Default 2 s: above every "
-        "single foreground-GC stall of the demo and Mooncake runs that keep up (0.65-1.53 s; one GC's own "
-        "work at the replay's 1 MiB mapping unit is 50-150 ms)", quiet_default=True)
+        "arrivals, and latency past this is queueing (result.json job 'saturation'). Default 2 s: above the longest "
+        "single foreground-GC stall of the demo's runs, which keep up (tests/test_figure_labels.py checks it)",
+        quiet_default=True)
     saturation_backlog_ratio: float = param(
         0.01, "flag the run 'saturated' when the device was backlogged (saturation_wait_ns) for at least this "
               "share of the replay span (first arrival to last completion); open loop only", quiet_default=True)
