@@ -1,7 +1,10 @@
 """Runs whose outputs must not change when code is reorganised, and their path-free digests.
 
 ``tests/golden/digests.json`` holds the digests recorded on the tree before the foundation refactor
-(issue 9: commit 58fd2fe); ``test_golden.py`` reruns the same commands and compares. A digest is the
+(issue 9: commit 58fd2fe), regenerated once since, for issue 18 (the tier simulator's pin rule and S3-FIFO
+promotion moved every tier-simulated trace; new result.json keys gc_stall, saturation, gc.* per write command;
+the old traces replayed by the new code gave the old figures exactly); ``test_golden.py`` reruns the same
+commands and compares. A digest is the
 sha256 of a JSON file after masking what varies by host (see _mask) and replacing the run's own directories by placeholders (the trace path
 is echoed in result.json), and of a Parquet file's table and key-value metadata (not its bytes, which
 name the pyarrow version that wrote them).
