@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 OP_READ = 0
 OP_WRITE = 1
@@ -133,12 +133,12 @@ class DeviceModel(abc.ABC):
     def param_groups(cls, overrides: Any = (), **groups: Any) -> dict[str, Any]:
         """The parameter groups ``from_params`` would build the device from (defaults plus overrides),
         without building it."""
-        from testbed.core.params import field_types, split_overrides, with_overrides
+        from kvbed.core.params import field_types, split_overrides, with_overrides
 
         base = {g: groups.get(g) or c() for g, c in cls.param_classes.items()}
         if isinstance(overrides, dict) and any(k.rpartition(".")[2] == "preset" for k in overrides):
             # a preset's group goes first and the dict's own values after it (they win)
-            from testbed.core.params import expand_presets
+            from kvbed.core.params import expand_presets
 
             pre = [f"{k}={v}" for k, v in overrides.items() if k.rpartition(".")[2] == "preset"]
             for g, kv in split_overrides(expand_presets(pre, cls.param_classes)[:-len(pre)],
@@ -160,13 +160,13 @@ class DeviceModel(abc.ABC):
 
     def config(self) -> dict[str, Any]:
         """``{"device": name, group: {field: value}}``: enough to rebuild the device."""
-        from testbed.core.params import to_dict
+        from kvbed.core.params import to_dict
 
         return {"device": self.name, **{g: to_dict(p) for g, p in self.params.items()}}
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "DeviceModel":
-        from testbed.core.params import from_dict
+        from kvbed.core.params import from_dict
 
         return cls(**{g: from_dict(c, cfg.get(g, {}), where=f"config.{g}") for g, c in cls.param_classes.items()})
 

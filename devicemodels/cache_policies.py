@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from devicemodels.jit import kernel
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 LRU, FIFO, CLOCK, S3FIFO = range(4)
 

@@ -42,7 +42,7 @@ from devicemodels.jit import kernel
 from devicemodels.memory import busy_totals, check_op_bytes, new_slots, resource_stats, transfer
 from devicemodels.params import CxlParams, CxlSsdParams, FlashParams
 from devicemodels.summary import latency_by_op
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 CS_COUNTER_NAMES = ("host_pages_written", "host_pages_read", "host_pages_trimmed", "cache_read_hits",
                     "cache_read_misses", "cache_write_hits", "cache_write_misses", "cache_writebacks",

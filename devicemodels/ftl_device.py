@@ -22,7 +22,7 @@ from devicemodels.base import (
 from devicemodels.histogram import LatencyHistogram, clear_rows
 from devicemodels.params import FlashParams
 from devicemodels.summary import latency_by_op, wear_summary
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from devicemodels import histogram, rng
 from devicemodels.base import GC_POLICIES, OP_NAMES
 from devicemodels.params import FdpParams, FlashParams
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 # line states
 LINE_FREE, LINE_OPEN, LINE_CLOSED, LINE_VICTIM = 0, 1, 2, 3

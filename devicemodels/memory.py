@@ -45,8 +45,8 @@ from devicemodels.ftl_device import checked_batch
 from devicemodels.histogram import clear_rows, hist_record
 from devicemodels.jit import kernel
 from devicemodels.summary import latency_by_op
-from testbed.core.errors import KvbedError
-from testbed.core.params import format_size
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import format_size
 
 MAX_OP_BYTES = 8 << 30  # b * 1e9 < 2**63
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, format_size, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, format_size, param
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

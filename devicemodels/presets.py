@@ -4,7 +4,7 @@ Why presets: matching another simulator takes several knobs that only make sense
 GC trigger, its threshold semantics, its victim deferral, its eager reclaim units); a preset names
 that group so a run says ``preset=femu`` instead of repeating it, and the saved config still lists
 every resulting value. Explicit ``k=v`` values given with a preset win over the preset's
-(:func:`testbed.core.params.expand_presets` puts the preset's pairs first). A preset is not a
+(:func:`kvbed.core.params.expand_presets` puts the preset's pairs first). A preset is not a
 default: without one the model keeps its own behaviour.
 """
 

@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 from devicemodels.base import DEVICES
 from devicemodels.workloads import WORKLOADS, WorkloadSpec
-from testbed.core.version import __version__
-from testbed.core.errors import KvbedError
+from kvbed.core.version import __version__
+from kvbed.core.errors import KvbedError
 
 
 def auto_iops(dev, bs_pages: int, load: float) -> float:

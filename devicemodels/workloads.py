@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 
 from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_RESET, DeviceModel, op_batch
-from testbed.core.errors import KvbedError
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.registry import Registry
 
 WORKLOADS: Registry[type["Workload"]] = Registry("workload")
 

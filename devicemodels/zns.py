@@ -24,7 +24,7 @@ from devicemodels.ftl_state import pow2_mask
 from devicemodels.histogram import clear_rows
 from devicemodels.params import FlashParams, ZnsParams
 from devicemodels.summary import latency_by_op, wear_summary
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 class ZGeo(NamedTuple):

@@ -32,9 +32,9 @@ from typing import Union
 import numpy as np
 
 from kvreplay.tiers.geometry import DTYPE_BYTES, MODELS, geometry
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param
+from kvbed.core.registry import Registry
 
 IntOrArray = Union[int, np.ndarray]
 

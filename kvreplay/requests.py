@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 @dataclass

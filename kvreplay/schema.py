@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute in copy_row_groups)
 import pyarrow.parquet as pq
 
-from testbed.core.atomicio import json_default, temp_path_for
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import json_default, temp_path_for
+from kvbed.core.errors import KvbedError
 
 FORMAT_NAME = "kvbed-lifecycle"
 FORMAT_VERSION = 1
@@ -176,7 +176,7 @@ class TraceWriter:
         scopes: list[str] | None = None,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     ):
-        from testbed.core.version import __version__
+        from kvbed.core.version import __version__
 
         self.path = Path(path)
         try:

@@ -37,8 +37,8 @@ from devicemodels.jit import njit
 from kvreplay.requests import RequestTrace
 from kvreplay.tiers.chunking import hash_combine
 from kvreplay.tiers.sim import TierSimParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import name_value_pairs, nonneg_number, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import name_value_pairs, nonneg_number, param
 
 PROFILES = ("chat", "rag", "agent", "batch")
 GiB = 1 << 30

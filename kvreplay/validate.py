@@ -50,7 +50,7 @@ from kvreplay.schema import (
     EventBatch,
     TraceReader,
 )
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 VIOLATIONS = (
     ("time_backwards", "ts_ns is smaller than the previous row's"),

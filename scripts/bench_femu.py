@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.core.atomicio import write_json  # noqa: E402
+from kvbed.core.atomicio import write_json  # noqa: E402
 from testbed.femu import compare as C  # noqa: E402
 
 GiB = 1 << 30

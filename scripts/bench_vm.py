@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, op_batch  # noqa: E402
-from testbed.core.atomicio import write_json  # noqa: E402
+from kvbed.core.atomicio import write_json  # noqa: E402
 from testbed.vm import image  # noqa: E402
 from testbed.vm.target import VmTarget  # noqa: E402
 from testbed.vm.vm import Vm  # noqa: E402

@@ -3,7 +3,7 @@
 The first SIGINT only records the phase the command was in (``scan``, ``replay``, ``writing results``,
 ``plotting``, ...); the command checks :class:`Interrupt` (a ``should_stop`` callable) between units of
 work, finishes the unit at hand (a batch, a file, a plot), writes what it has with ``"incomplete": true``
-and exits 130 through :class:`~testbed.core.errors.Interrupted`. A second SIGINT aborts at once
+and exits 130 through :class:`~kvbed.core.errors.Interrupted`. A second SIGINT aborts at once
 (``KeyboardInterrupt``); the outputs are still never half files, since every writer renames whole files
 into place.
 """

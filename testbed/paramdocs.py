@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.core.params import describe
+from kvbed.core.params import describe
 
 
 def parameter_sets() -> dict[str, tuple[type, str]]:
@@ -24,7 +24,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.replay.ttft import RequestParams
     from kvreplay.synth import SynthParams
     from kvreplay.tiers import TierSimParams
-    from testbed.crossover import CrossoverParams
+    from kvreplay.crossover import CrossoverParams
     from testbed.vm.qemu import VmParams
     from testbed.vm.replay import VmLinkParams
 

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from testbed.core.atomicio import atomic_path  # noqa: E402
+from kvbed.core.atomicio import atomic_path  # noqa: E402
 from testbed.results import Run, load_run  # noqa: E402
 
 GiB = float(1 << 30)

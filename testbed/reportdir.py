@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from testbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
+from kvbed.core.errors import KvbedError
 
 FILES = ("report.png", "outcomes.png", "report.json")
 _MAX_NAME = 80
@@ -65,7 +65,7 @@ def write(out: Path, runs: list[Path], rows: list[dict[str, Any]],
     """Draw (``draw(tmp) -> names of the plots drawn``) and save report.json beside them in a hidden
     directory, then move them into ``out``; a report file of ours that this report does not make (an older
     outcomes.png) is removed, so the directory holds one report."""
-    from testbed.core.version import __version__
+    from kvbed.core.version import __version__
 
     created = not out.exists()
     tmp = temp_dir_for(out / "report")

@@ -42,8 +42,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
-from testbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
+from kvbed.core.errors import KvbedError
 from testbed.interrupt import Interrupt
 
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")

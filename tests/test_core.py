@@ -1,4 +1,4 @@
-"""testbed/core: the parameter machinery every parameter set shares, the registry, and the contracts the
+"""kvbed/core: the parameter machinery every parameter set shares, the registry, and the contracts the
 replay relies on (layouts per device, TargetFailed)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import (
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import (
     check_fields, choices_of, describe, format_ns, format_size, from_dict, parse_value, unit_of, with_overrides,
 )
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 
 def _parameter_sets():

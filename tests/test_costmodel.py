@@ -7,8 +7,8 @@ import pytest
 
 from kvreplay.costmodel import PREFILL_PROFILES, CostParams, PrefillProfile, accelerators
 from kvreplay.tiers.geometry import MODELS
-from testbed.core.errors import KvbedError
-from testbed.core.params import with_overrides
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import with_overrides
 
 
 def test_table_covers_the_stated_models_on_both_accelerators_with_a_source_each():

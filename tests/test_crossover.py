@@ -12,9 +12,9 @@ import pytest
 
 from cli_helpers import kvbed, ok, one_line_error
 from kvreplay.costmodel import CostParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import with_overrides
-from testbed.crossover import (TIERS, CrossoverParams, DeviceLoader, TierSpec, find_crossover, route_overrides,
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import with_overrides
+from kvreplay.crossover import (TIERS, CrossoverParams, DeviceLoader, TierSpec, find_crossover, route_overrides,
                                run_crossover, size_grid)
 
 BPT = 131072  # llama-3-8b, bf16

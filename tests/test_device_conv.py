@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET, op_batch
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import make, ops, writes
 

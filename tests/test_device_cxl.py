@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from devicemodels import DEVICES
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import ops
 

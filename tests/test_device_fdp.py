@@ -5,7 +5,7 @@ import pytest
 
 from devicemodels.base import OP_RUH_UPDATE, OP_WRITE
 from devicemodels.ftl_state import LINE_FREE
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import make, ops, writes
 

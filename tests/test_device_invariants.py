@@ -21,7 +21,7 @@ from devicemodels import ftl_state as S
 from devicemodels.base import (GC_POLICIES, OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH,
                                OP_ZONE_RESET, op_batch)
 from devicemodels.gc_policies import NO_POLICY, select_victim
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import make, writes
 

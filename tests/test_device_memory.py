@@ -14,7 +14,7 @@ from devicemodels import DEVICES
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, op_batch
 from devicemodels.params import CxlParams, DramParams
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import ops
 

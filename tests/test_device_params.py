@@ -4,7 +4,7 @@ import pytest
 
 from devicemodels import DEVICES
 from devicemodels.params import CxlParams, FdpParams, FlashParams, ZnsParams
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 SMALL = ["logical_bytes=16MiB", "pages_per_block=16", "channels=2", "dies_per_channel=2"]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from devicemodels.base import OP_READ, OP_WRITE, OP_ZONE_APPEND, OP_ZONE_FINISH, OP_ZONE_RESET, OP_TRIM
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 from device_helpers import make, ops
 

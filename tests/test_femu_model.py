@@ -25,7 +25,7 @@ import pytest
 from cli_helpers import kvbed, one_line_error
 from devicemodels import DEVICES
 from devicemodels import ftl_kernel as K
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 from testbed.femu import compare as C
 
 # FEMU's FDP statistics over the overwrite phase: host bytes, media bytes, media bytes erased

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from devicemodels.base import OP_READ, OP_WRITE, op_batch
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 from testbed.femu import build as fb
 from testbed.femu.devices import femu_mapping
 from testbed.vm import backends, checks, qemu

@@ -52,7 +52,7 @@ def trace(tmp_path_factory):
 
 
 def test_atomic_writers(umask, tmp_path):
-    from testbed.core.atomicio import atomic_path, temp_dir_for, write_json
+    from kvbed.core.atomicio import atomic_path, temp_dir_for, write_json
 
     write_json(tmp_path / "new" / "a.json", {"x": 1})
     with atomic_path(tmp_path / "b.bin") as tmp:

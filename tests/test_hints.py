@@ -19,7 +19,7 @@ from kvreplay.hints.base import classes_from_edges, lifetime_edges
 from kvreplay.layout.actions import A_WRITE, action_table, select
 from kvreplay.replay.scan import SCAN_COLUMNS, scan_trace
 from replay_fixtures import rewrite, truncate, two_lifetimes
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 ONLINE = ("none", "hotness", "predicted", "type")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvreplay.importers import IMPORTERS
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 MOONCAKE = (Path(__file__).parents[1] / "../shared/data/traces/mooncake/conversation_trace.jsonl").resolve()
 needs_mooncake = pytest.mark.skipif(not MOONCAKE.exists(), reason=f"{MOONCAKE} not present")

@@ -154,18 +154,18 @@ XO = ("crossover", "--tiers", "remote", "--models", "llama-3-8b", "--queue-depth
 
 def test_crossover_interrupted(tmp_path):
     out = tmp_path / "xo"
-    proc = kvbed_interrupted("testbed.crossover:size_grid", *XO, "-o", out)
+    proc = kvbed_interrupted("kvreplay.crossover:size_grid", *XO, "-o", out)
     one_interrupted_line(proc, "during the sweep", "nothing written")
     assert not out.exists()
     ok(kvbed(*XO, "-o", out))
     assert json.loads((out / "crossover.json").read_text())["incomplete"] is False
     # while writing: the files at hand are finished, the older plot removed, crossover.json says so
-    proc = kvbed_interrupted("testbed.crossover:_write_csv", *XO, "-o", out)
+    proc = kvbed_interrupted("kvreplay.crossover:_write_csv", *XO, "-o", out)
     one_interrupted_line(proc, "while writing results", "marked incomplete")
     doc = json.loads((out / "crossover.json").read_text())
     assert doc["incomplete"] is True and doc["interrupted"] == "writing results"
     assert not (out / "crossover.png").exists()
-    proc = kvbed_interrupted("testbed.crossover:plot", *XO, "-o", out)
+    proc = kvbed_interrupted("kvreplay.crossover:plot", *XO, "-o", out)
     one_interrupted_line(proc, "while plotting")
     doc = json.loads((out / "crossover.json").read_text())
     assert doc["incomplete"] is True and doc["interrupted"] == "plotting" and (out / "crossover.png").exists()

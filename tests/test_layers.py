@@ -1,8 +1,9 @@
-"""The rooms' layering and the packages' import hygiene (issue 9).
+"""The rooms' layering and the packages' import hygiene (issues 9 and 19).
 
-Layers point down: testbed (CLI, VM, studies, reports) -> kvreplay and devicemodels -> testbed.core.
-Importing any package has no side effects: no environment variable changes and no file is touched
-(numba's kernel cache is set up at the first compile, not on import).
+Layers point down: testbed (CLI, VM, studies, reports) -> kvreplay and devicemodels -> kvbed.core, the
+foundation, a package of its own: the lower rooms never import testbed. Importing any package has no side
+effects: no environment variable changes and no file is touched (numba's kernel cache is set up at the first
+compile, not on import).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute import of a file, function-level ones included (``from a import b`` also as ``a.b``)."""
     tree = ast.parse(path.read_text(), str(path))
     out = []
     for node in ast.walk(tree):
@@ -27,7 +29,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module))
-            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module == "testbed"]
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if node.module in ("testbed", "kvbed")]
     return out
 
 
@@ -40,27 +42,33 @@ def _violations(pkg: str, allowed) -> list[str]:
     return bad
 
 
-def _is_testbed(mod: str) -> bool:
-    return mod == "testbed" or mod.startswith("testbed.")
+def _under(mod: str, pkg: str) -> bool:
+    return mod == pkg or mod.startswith(pkg + ".")
 
 
-def _is_core(mod: str) -> bool:
-    return mod == "testbed.core" or mod.startswith("testbed.core.")
+def _is_upper(mod: str) -> bool:
+    """The top room: testbed, and kvbed's entry points (kvbed.study) that stand on it."""
+    return _under(mod, "testbed") or (_under(mod, "kvbed") and mod != "kvbed" and not _under(mod, "kvbed.core"))
 
 
 @pytest.mark.parametrize("pkg", ["kvreplay", "devicemodels"])
-def test_lower_rooms_import_only_the_foundation_of_testbed(pkg):
-    assert _violations(pkg, lambda m: not _is_testbed(m) or _is_core(m)) == []
+def test_lower_rooms_never_import_testbed(pkg):
+    assert _violations(pkg, lambda m: not _is_upper(m)) == []
 
 
 def test_physics_knows_no_traces():
-    assert _violations("devicemodels", lambda m: not (m == "kvreplay" or m.startswith("kvreplay."))) == []
+    assert _violations("devicemodels", lambda m: not _under(m, "kvreplay")) == []
 
 
 def test_the_foundation_stands_on_the_standard_library_and_numpy():
     stdlib = set(sys.stdlib_module_names)
-    ok = lambda m: m.split(".")[0] in stdlib or m.split(".")[0] == "numpy" or _is_core(m)  # noqa: E731
-    assert _violations("testbed/core", ok) == []
+    ok = lambda m: m.split(".")[0] in stdlib or m.split(".")[0] == "numpy" or _under(m, "kvbed.core")  # noqa: E731
+    assert _violations("kvbed/core", ok) == []
+
+
+def test_the_kvbed_package_itself_imports_nothing():
+    """``import kvbed.core`` runs kvbed/__init__.py first: it must not pull in the upper room."""
+    assert _imports(ROOT / "kvbed" / "__init__.py") == []
 
 
 def test_the_guest_agent_is_stdlib_and_pyzmq_only():
@@ -70,11 +78,12 @@ def test_the_guest_agent_is_stdlib_and_pyzmq_only():
 
 
 def test_the_checker_sees_a_violation(tmp_path):
-    """The walk finds an import of testbed outside core, in any form."""
+    """The walk finds an import of the upper room in any form, the foundation excepted."""
     (tmp_path / "m.py").write_text("import os\nfrom testbed.results import io_entry\nfrom testbed import plots\n"
-                                   "from testbed.core.errors import KvbedError\n")
-    found = [m for _, m in _imports(tmp_path / "m.py") if _is_testbed(m) and not _is_core(m)]
-    assert found == ["testbed.results", "testbed", "testbed.plots"]
+                                   "from kvbed.core.errors import KvbedError\nfrom kvbed import study\n"
+                                   "def f():\n    import testbed.cli\n")
+    found = [m for _, m in _imports(tmp_path / "m.py") if _is_upper(m)]
+    assert found == ["testbed.results", "testbed", "testbed.plots", "kvbed.study", "testbed.cli"]
 
 
 _PROBE = """

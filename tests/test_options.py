@@ -12,7 +12,7 @@ import pytest
 
 from cli_helpers import kvbed, ok, one_line_error
 from replay_fixtures import two_lifetimes
-from testbed.core.params import choices_of, describe, format_value, with_options
+from kvbed.core.params import choices_of, describe, format_value, with_options
 
 
 def _other_value(cls, name):

@@ -183,7 +183,7 @@ def test_partial_result_stopped_inside_a_row_group_agrees_with_itself(tmp_path):
 
 def test_a_stop_during_the_scan_keeps_nothing(trace):
     """Nothing is replayed before the scan ends: stopped there, the engine says so and returns no result."""
-    from testbed.core.errors import Interrupted
+    from kvbed.core.errors import Interrupted
 
     with pytest.raises(Interrupted, match="during the scan"):
         Replay(build_config(trace, "fdp", "none", []), should_stop=lambda: True).run()

@@ -25,8 +25,8 @@ from kvreplay.agent.executor import BaseExecutor, OpRefused
 from kvreplay.agent.server import Agent
 from replay_fixtures import two_lifetimes
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
-from testbed.core.params import to_dict
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import to_dict
 from testbed.vm import qemu, state
 from testbed.vm.replay import VmReplay, build_vm_config, split_vm_params
 

@@ -21,7 +21,7 @@ from kvreplay.schema import (
     read_trace,
     write_trace,
 )
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 def batch(n=10, t0=0):

@@ -13,7 +13,7 @@ from kvreplay.stats import trace_stats
 from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams, synthesize
 from kvreplay.tiers.sim import simulate_to_file
 from kvreplay.validate import validate_trace
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 SMALL = SynthParams(duration_s=300.0, adapter_update_s=100.0)
 

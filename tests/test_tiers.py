@@ -17,7 +17,7 @@ from kvreplay.tiers import state as TS
 from kvreplay.tiers.features import PrefixDepth, session_turns
 from kvreplay.tiers.sim import simulate_to_file
 from kvreplay.validate import validate_trace
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 BPT = 131072  # llama-3-8b bf16
 T = 16  # tokens per object in these tests

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from kvreplay.schema import META_KEY, TraceMeta, TraceWriter, make_batch
 from kvreplay.validate import validate_trace
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 GOOD = [  # (ts, op, obj, parent, tier)
     (0, "create", 1, 0, "gpu"),

@@ -38,7 +38,7 @@ from devicemodels.base import (OP_READ, OP_RUH_UPDATE, OP_TRIM, OP_WRITE, OP_ZON
 import fault_traces as FT
 from replay_fixtures import two_lifetimes
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 from testbed.vm import checks, image, state
 from testbed.vm import vm as vm_mod
 from testbed.vm.client import AgentClient, AgentTimeout, VmDied

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import devicemodels.base as base
 from kvreplay.agent import hist, wire
 from testbed.cli import cli
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 from testbed.vm import accel, checks, image, qemu, state
 from testbed.vm.qemu import VmPaths
 

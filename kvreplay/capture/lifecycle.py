@@ -30,7 +30,7 @@ import numpy as np
 from kvreplay.capture.wire import CLEARED, REMOVED, STORED, Batch
 from kvreplay.schema import (NO_ID, OP_COMMIT, OP_CREATE, OP_DELETE, OP_EVICT, OP_PERSIST, TIER, TIERS, EventBatch,
                              make_batch)
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 #: engine medium names -> kvbed tiers (vLLM GPU/CPU/FS/OBJ/STORAGE; SGLang GPU/CPU_TIER1/CPU_TIER2,
 #: CPU_PINNED/DISK/EXTERNAL); ``--medium NAME=TIER`` overrides

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Iterator, NamedTuple
 
 import msgspec
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 MAGIC = b"KVBEDRAW"
 VERSION = 1

@@ -17,7 +17,7 @@ from kvreplay.capture.session import CaptureSession
 from kvreplay.capture.subscriber import build_meta
 from kvreplay.importers.base import source_info
 from kvreplay.schema import TraceMeta, TraceWriter
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 CHUNK_ROWS = 1 << 20
 

@@ -25,7 +25,7 @@ from kvreplay.capture.params import CaptureParams
 from kvreplay.capture.rawfile import LIVE, REPLAY, RawWriter
 from kvreplay.capture.session import CaptureSession
 from kvreplay.schema import TraceMeta
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 SUB_HWM = 100_000  # the engines' own send high-water mark
 DRAIN = 256  # messages taken from one socket before looking at the others (fairness, timers)

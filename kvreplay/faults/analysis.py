@@ -27,7 +27,7 @@ from kvreplay.faults.state import FaultState, OpLog
 from kvreplay.layout.actions import action_table
 from kvreplay.layout.common import SRC_GC
 from kvreplay.replay.prefetch import prefetched
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind")
 MAX_OBJECT_ID = 200_000_000  # dense per-object arrays; beyond this the model would need a hash table

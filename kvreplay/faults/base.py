@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param, to_dict
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param, to_dict
 
 
 @dataclass(frozen=True)

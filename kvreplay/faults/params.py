@@ -10,8 +10,8 @@ from typing import Any
 
 from kvreplay.faults.base import Fault
 from kvreplay.faults.registry import CONTRACTS, FAULTS
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param, with_overrides
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param, with_overrides
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ the rest of the package.
 
 from __future__ import annotations
 
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 #: fault kinds (``--fault KIND@TIME``): one module each under :mod:`kvreplay.faults.kinds`
 FAULTS: Registry[type] = Registry("fault kind")

@@ -15,7 +15,7 @@ type            the written object's kind and tenant
 
 from __future__ import annotations
 
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 HINTS: Registry[type] = Registry("hint policy")
 

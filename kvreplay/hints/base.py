@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kvreplay.schema import EventBatch
-from testbed.core.params import check_fields
+from kvbed.core.params import check_fields
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.actions import A_WRITE
 from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
-from testbed.core.errors import KvbedError
-from testbed.core.params import param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import param
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import numpy as np
 
 from kvreplay.hints import HINTS
 from kvreplay.hints.oracle import OracleHints, OracleParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import param
 
 
 @dataclass(frozen=True)

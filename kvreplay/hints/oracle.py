@@ -19,7 +19,7 @@ import numpy as np
 
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import Future, HintPolicy, classes_from_edges, lifetime_edges
-from testbed.core.params import param
+from kvbed.core.params import param
 
 CLOCKS = ("bytes", "time")
 #: the unit of a lifetime on each clock (suffix of the result.json keys that hold lifetimes)

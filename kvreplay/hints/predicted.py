@@ -39,8 +39,8 @@ from kvreplay.hints.oracle import CLOCK_UNIT, CLOCKS
 from kvreplay.hints.quantiles import class_of, new_state, note_score
 from kvreplay.layout.actions import A_DROP, A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
-from testbed.core.errors import KvbedError
-from testbed.core.params import param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import param
 
 N_KINDS = len(S.KINDS)
 TENANT_BUCKETS = 8

@@ -20,8 +20,8 @@ import numpy as np
 
 from kvreplay.requests import RequestTrace
 from kvreplay.schema import TraceMeta, TraceWriter
-from testbed.core.errors import KvbedError
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.registry import Registry
 
 S = TypeVar("S", bound=msgspec.Struct)
 

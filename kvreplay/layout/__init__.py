@@ -20,7 +20,7 @@ from kvreplay.layout.common import (
 from kvreplay.layout.extent import ExtentLayout
 from kvreplay.layout.params import LayoutParams
 from kvreplay.layout.zone import ZoneLayout
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 def layout_for(device_cls: type) -> type[ObjectLayout]:

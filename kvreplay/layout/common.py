@@ -33,7 +33,7 @@ from devicemodels.base import OP_READ
 from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 #: the layouts, by name; :func:`kvreplay.layout.layout_for` picks the one a device's namespace needs
 LAYOUTS: Registry[type] = Registry("layout")

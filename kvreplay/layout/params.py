@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ from kvreplay.layout.common import (
     room_status,
 )
 from kvreplay.layout.objtable import ot_find
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 # zone row (zs[z, k])
 ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)

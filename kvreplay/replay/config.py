@@ -22,9 +22,9 @@ from kvreplay.layout import LayoutParams
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.scan import ScanResult
 from kvreplay.replay.sizing import CAPACITY_FIELDS, apply_defaults, explicit_keys, size_device
-from testbed.core.errors import KvbedError
-from testbed.core.params import from_dict, split_overrides, to_dict, with_options, with_overrides
-from testbed.core.version import __version__
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import from_dict, split_overrides, to_dict, with_options, with_overrides
+from kvbed.core.version import __version__
 
 
 def trace_fingerprint(path: Path) -> str:

@@ -48,7 +48,7 @@ from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import page_bytes_of
 from kvreplay.replay.target import Target, TargetFailed
 from kvreplay.validate import RowCheck
-from testbed.core.errors import Interrupted, KvbedError
+from kvbed.core.errors import Interrupted, KvbedError
 
 __all__ = ["Replay", "RunConfig", "build_config", "replay", "Target", "TargetFailed"]
 

@@ -32,9 +32,9 @@ from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.result import latency_rows
 from kvreplay.replay.ttft import RequestParams, request_section, request_starts
 from kvreplay.validate import CHECK_COLUMNS, RowCheck
-from testbed.core.errors import Interrupted, KvbedError
-from testbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
-from testbed.core.version import __version__
+from kvbed.core.errors import Interrupted, KvbedError
+from kvbed.core.params import field_types, from_dict, split_overrides, to_dict, with_overrides
+from kvbed.core.version import __version__
 
 #: the tiers a device can hold, and the device each gets unless --tier-device says otherwise
 TIER_DEVICES = {"cpu": "dram", "cxl": "cxl", "ssd": "fdp"}

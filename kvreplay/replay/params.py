@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from kvreplay import schema as S
 from kvreplay.layout.params import LayoutParams  # noqa: F401  (a replay's other parameter set)
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from kvreplay.layout.common import (
     ObjectLayout,
 )
 from kvreplay.replay.prefetch import prefetched
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 OP_BUFFER_MIN = 1 << 16
 

@@ -16,7 +16,7 @@ from devicemodels.histogram import NBUCKETS, LatencyHistogram
 from devicemodels.summary import io_entry
 from kvreplay.layout.actions import ACTION_NAMES
 from kvreplay.replay import record as R
-from testbed.core.version import __version__
+from kvbed.core.version import __version__
 
 FIO_VERSION_KEY = "kvbed version"
 

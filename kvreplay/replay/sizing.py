@@ -43,8 +43,8 @@ from typing import Any
 
 from devicemodels.params import MiB
 from kvreplay.layout.zone import gc_reserve_zones
-from testbed.core.errors import KvbedError
-from testbed.core.params import format_size, with_overrides
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import format_size, with_overrides
 
 MIN_LINES = 256  # GC needs (frontiers + reserved + 1) spare lines: ~183 at 7% OP with 8 RUHs
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from devicemodels.base import Completion
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 class Target(Protocol):

@@ -35,8 +35,8 @@ from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.costmodel import CostParams
 from kvreplay.tiers import hitratio
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, param
 
 ON_HIT = ("load", "recompute", "best")
 COLUMNS = ["ts_ns", "op", "tier", "request_id", "ntokens", "nbytes", "kind"]

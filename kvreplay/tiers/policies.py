@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 
 @dataclass(frozen=True)

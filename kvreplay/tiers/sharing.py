@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from testbed.core.registry import Registry
+from kvbed.core.registry import Registry
 
 if TYPE_CHECKING:
     from kvreplay.requests import RequestTrace

@@ -73,8 +73,8 @@ from kvreplay.tiers import state as TS
 from kvreplay.tiers.geometry import DEFAULT_MODEL, DTYPE_BYTES, MODELS, geometry
 from kvreplay.tiers.policies import EVICTION_POLICIES
 from kvreplay.tiers.sharing import SHARE_CHOICES, salts
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_choice, check_fields, name_value_pairs, nonneg_number, param
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_choice, check_fields, name_value_pairs, nonneg_number, param
 
 GiB = 1 << 30
 TiB = 1 << 40

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from testbed.core.version import __version__
-from testbed.core.errors import Interrupted, KvbedError
+from kvbed.core.version import __version__
+from kvbed.core.errors import Interrupted, KvbedError
 
 # command name -> "module:attribute"; one line per command group.
 _COMMANDS = {

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.text import Text
 
 from testbed.cli.console import console
-from testbed.core.params import with_options, with_overrides
+from kvbed.core.params import with_options, with_overrides
 
 
 @contextmanager

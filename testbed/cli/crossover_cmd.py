@@ -1,5 +1,5 @@
 """``kvbed crossover``: the object size from which loading KV from a tier beats recomputing it
-(testbed.crossover; options are the fields of CrossoverParams marked cli, everything else ``--param``)."""
+(kvreplay.crossover; options are the fields of CrossoverParams marked cli, everything else ``--param``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import click
 
-from testbed.core.errors import Interrupted, KvbedError
-from testbed.crossover import CrossoverParams
+from kvbed.core.errors import Interrupted, KvbedError
+from kvreplay.crossover import CrossoverParams
 from testbed.interrupt import interruptible
 
 
@@ -53,9 +53,9 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
       kvbed crossover --tiers ssd,remote --models llama-3-8b --queue-depths 1,4,16 -o results/crossover
       kvbed crossover --param remote_bytes_per_s=12.5e9 --param prefill_tokens_per_s=20000 --json
     """
-    from testbed.core.atomicio import check_can_make_dir
-    from testbed.core.params import with_options, with_overrides
-    from testbed.crossover import route_overrides, run_crossover, summary_json, write_outputs
+    from kvbed.core.atomicio import check_can_make_dir
+    from kvbed.core.params import with_options, with_overrides
+    from kvreplay.crossover import route_overrides, run_crossover, summary_json, write_outputs
 
     cross, cost, dev = route_overrides(with_options(params, options))
     p = with_overrides(CrossoverParams(), cross).validate()
@@ -73,7 +73,7 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
             raise Interrupted(f"while {intr.phase}: {', '.join(p.name for p in paths)} written, crossover.json "
                               f"marked incomplete, in {out}")
     if as_json:
-        from testbed.core.atomicio import json_default
+        from kvbed.core.atomicio import json_default
 
         click.echo(json.dumps(summary_json(res), indent=2, default=json_default))
         return
@@ -86,7 +86,7 @@ def _print_table(res: dict[str, Any]) -> None:
     from rich.table import Table
 
     from testbed.cli.console import console
-    from testbed.crossover import verdict_text
+    from kvreplay.crossover import verdict_text
 
     rows = res["crossover"]
     tiers = list(res["tiers"])

@@ -13,8 +13,8 @@ import sys
 
 import click
 
-from testbed.core.errors import Interrupted, KvbedError
-from testbed.core.params import with_options
+from kvbed.core.errors import Interrupted, KvbedError
+from kvbed.core.params import with_options
 
 
 def _devices():
@@ -48,7 +48,7 @@ def list_cmd() -> None:
 @click.argument("name")
 def params_cmd(name: str) -> None:
     """Parameters of device NAME (``--param`` keys), with defaults, units or choices, and meaning."""
-    from testbed.core.params import describe
+    from kvbed.core.params import describe
 
     dm = _devices()
     cls = dm.DEVICES.get(name)
@@ -163,7 +163,7 @@ def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_
     """Run a synthetic workload on a device model and report WAF, GC, latency and speed."""
     dm = _devices()
     from devicemodels.synthetic import run_synthetic
-    from testbed.core.atomicio import check_can_make_dir, write_json
+    from kvbed.core.atomicio import check_can_make_dir, write_json
 
     cls = dm.DEVICES.get(device_name)
     # options that are parameters take the --param path

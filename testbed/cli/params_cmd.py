@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 
 @click.command("params")
@@ -18,13 +18,13 @@ def params(sets: tuple[str, ...], markdown: bool, presets: bool) -> None:
     from rich.table import Table
 
     from testbed.cli.console import console
-    from testbed.core.params import describe
+    from kvbed.core.params import describe
     from testbed.paramdocs import markdown as md
     from testbed.paramdocs import parameter_sets
 
     if presets:
         from devicemodels import PRESETS
-        from testbed.core.params import format_value
+        from kvbed.core.params import format_value
 
         for name in PRESETS.names():
             pr = PRESETS.get(name)

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from kvreplay.replay.params import ReplayParams
 from testbed.cli.console import console
-from testbed.core.errors import Interrupted, KvbedError
+from kvbed.core.errors import Interrupted, KvbedError
 from testbed.interrupt import interruptible
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from testbed.core.errors import Interrupted, KvbedError
+from kvbed.core.errors import Interrupted, KvbedError
 
 
 @click.group("study")
@@ -89,7 +89,7 @@ def run_cmd(spec: Path, out: Path | None, executor: str, ray_address: str | None
         TimeRemainingColumn
 
     from testbed.cli.console import console
-    from testbed.core.atomicio import check_can_make_dir
+    from kvbed.core.atomicio import check_can_make_dir
     from testbed.study.report import write_report
     from testbed.study.run import run_study
     from testbed.study.spec import load

@@ -20,9 +20,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli.console import console
-from testbed.core.errors import Interrupted, KvbedError
+from kvbed.core.errors import Interrupted, KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
-from testbed.core.params import field_types, split_overrides, with_options, with_overrides
+from kvbed.core.params import field_types, split_overrides, with_options, with_overrides
 
 # --------------------------------------------------------------------------- helpers
 

@@ -18,8 +18,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import format_size
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import format_size
 
 
 def _key_params(st_params: dict, device: str) -> str:

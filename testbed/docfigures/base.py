@@ -22,10 +22,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed.core.atomicio import write_json
-from testbed.core.errors import KvbedError
-from testbed.core.registry import Registry
-from testbed.core.version import __version__
+from kvbed.core.atomicio import write_json
+from kvbed.core.errors import KvbedError
+from kvbed.core.registry import Registry
+from kvbed.core.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES_DIR = ROOT / "docs" / "figures"

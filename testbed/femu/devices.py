@@ -62,9 +62,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
 from devicemodels.params import FdpParams, FlashParams, MiB, ZnsParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import format_size
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import format_size
+from kvbed.core.registry import Registry
 
 FEMU_LBA_BYTES = 512
 ZNS_PAGE_BYTES = 16 * 1024  # hw/femu/zns/zns.h ZNS_PAGE_SIZE

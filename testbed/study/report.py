@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from testbed.core.atomicio import atomic_path
+from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
 
 PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes")

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from testbed.core.atomicio import atomic_path, write_json
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import atomic_path, write_json
+from kvbed.core.errors import KvbedError
 from testbed.study.spec import Point, Study, TraceSetting
 
 

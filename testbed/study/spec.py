@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import field_types, to_dict, with_overrides
-from testbed.core.version import __version__
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import field_types, to_dict, with_overrides
+from kvbed.core.version import __version__
 
 STUDY_KEYS = ("name", "description", "seeds", "repeats", "metrics", "plots")
 UNSET = "-"  # an axis value that leaves its key unset

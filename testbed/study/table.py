@@ -187,7 +187,7 @@ def refresh(study_dir: Path) -> None:
 
 def write(study_dir: Path, df: Any, summary: Any) -> None:
     """table.parquet, table.csv and summary.csv, each written whole or not at all."""
-    from testbed.core.atomicio import atomic_path
+    from kvbed.core.atomicio import atomic_path
 
     with atomic_path(study_dir / "table.parquet") as tmp:
         df.to_parquet(tmp, index=False)
@@ -199,7 +199,7 @@ def write(study_dir: Path, df: Any, summary: Any) -> None:
 
 def load(study_dir: str | Path) -> Any:
     """A study's table as a pandas DataFrame (``kvbed.study.load`` in notebooks)."""
-    from testbed.core.errors import KvbedError
+    from kvbed.core.errors import KvbedError
 
     p = Path(study_dir)
     if not (p / "table.parquet").exists():

@@ -20,8 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.core.atomicio import write_json
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import write_json
+from kvbed.core.errors import KvbedError
 from testbed.vm import paths
 
 PROBE_TIMEOUT_S = 5.0

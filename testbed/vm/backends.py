@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from testbed.core.errors import KvbedError
-from testbed.core.params import format_size
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import format_size
+from kvbed.core.registry import Registry
 from testbed.vm import qemu
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from testbed.core.atomicio import temp_dir_for, write_json
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import temp_dir_for, write_json
+from kvbed.core.errors import KvbedError
 from testbed.vm import paths
 
 IMAGE_FILES = ("vmlinux", "initrd.img", "root.qcow2")

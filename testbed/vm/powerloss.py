@@ -28,7 +28,7 @@ from devicemodels.base import OP_WRITE
 from kvreplay.agent.payload import STATUS_NAMES
 from kvreplay.faults.base import Fault
 from kvreplay.layout.common import SRC_GC
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 MAX_MISMATCHES = 20
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from devicemodels.params import CxlParams, FdpParams, FlashParams, GiB, KiB, MiB, ZnsParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, from_dict, param, split_overrides, to_dict, with_overrides
-from testbed.core.registry import Registry
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, from_dict, param, split_overrides, to_dict, with_overrides
+from kvbed.core.registry import Registry
 
 QEMU_BIN = "qemu-system-x86_64"
 QBOOT = "/usr/share/qemu/qboot.rom"

@@ -66,8 +66,8 @@ from devicemodels.base import OP_WRITE, OP_ZONE_APPEND, OP_ZONE_RESET, op_batch
 from kvreplay.hints import HINTS
 from kvreplay.replay.engine import Replay, RunConfig, build_config
 from kvreplay.replay.params import LayoutParams, ReplayParams
-from testbed.core.errors import KvbedError
-from testbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import field_types, format_size, from_dict, param, split_overrides, to_dict, with_overrides
 from testbed.vm import backends, checks, qemu, state
 from testbed.vm.client import AgentTimeout, VmDied, VmError
 from testbed.vm.powerloss import GuestPowerLoss

@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.core.atomicio import write_json
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import write_json
+from kvbed.core.errors import KvbedError
 from testbed.vm import paths
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")

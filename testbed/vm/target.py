@@ -31,8 +31,8 @@ import numpy as np
 from devicemodels.base import OP_DTYPES, OP_NAMES, Completion
 from kvreplay.agent.hist import percentiles
 from kvreplay.agent.wire import DONE_COLUMNS, NOT_RUN, OP_COLUMNS, PAYLOAD_COLUMNS, SCAN_COLUMNS
-from testbed.core.atomicio import write_json
-from testbed.core.errors import KvbedError
+from kvbed.core.atomicio import write_json
+from kvbed.core.errors import KvbedError
 from testbed.vm.client import AgentError, AgentTimeout, VmDied, VmError
 from testbed.vm.vm import Vm
 

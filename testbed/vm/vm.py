@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 from testbed.vm import accel as accel_mod
 from testbed.vm import image as image_mod
 from testbed.vm import backends, paths, qemu, state

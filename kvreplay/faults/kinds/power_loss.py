@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kvreplay.faults.base import Fault, FaultTime
 from kvreplay.faults.registry import FAULTS
 from kvreplay.faults.state import VOLATILE_TIERS
-from testbed.core.params import param
+from kvbed.core.params import param
 
 
 @FAULTS.register("power-loss")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from kvreplay import schema as S
 from kvreplay.faults.base import Fault, FaultTime
 from kvreplay.faults.registry import FAULTS
-from testbed.core.params import param
+from kvbed.core.params import param
 
 
 @FAULTS.register("tier-loss")

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 D = TypeVar("D")
 

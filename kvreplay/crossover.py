@@ -25,8 +25,8 @@ import numpy as np
 
 from kvreplay.costmodel import CostParams, accelerators
 from kvreplay.tiers.geometry import DTYPE_BYTES, MODELS
-from testbed.core.errors import KvbedError
-from testbed.core.params import check_fields, field_types, param, to_dict, with_overrides
+from kvbed.core.errors import KvbedError
+from kvbed.core.params import check_fields, field_types, param, to_dict, with_overrides
 
 KINDS = ("exact", "quantized", "compressed")
 GiB = 1 << 30
@@ -393,7 +393,7 @@ CURVE_COLUMNS = ("tier", "model", "accelerator", "qd", "tokens", "bytes", "load_
 
 
 def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
-    from testbed.core.atomicio import atomic_path
+    from kvbed.core.atomicio import atomic_path
 
     with atomic_path(path) as tmp:
         with open(tmp, "w", newline="") as f:
@@ -404,7 +404,7 @@ def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]])
 
 
 def summary_json(result: dict[str, Any]) -> dict[str, Any]:
-    from testbed.core.version import __version__
+    from kvbed.core.version import __version__
 
     return {"kvbed_version": __version__, **{k: v for k, v in result.items() if k != "curves"}}
 
@@ -415,7 +415,7 @@ def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> l
     ``interrupt`` (testbed.interrupt.Interrupt): after a Ctrl-C each file at hand is finished, the plot is
     not drawn if it had not begun (an older crossover.png is removed: it would show another sweep), and
     crossover.json says ``"incomplete": true`` and where it was interrupted."""
-    from testbed.core.atomicio import write_json
+    from kvbed.core.atomicio import write_json
 
     stopped = interrupt if interrupt is not None else (lambda: False)
     if interrupt is not None:
@@ -445,7 +445,7 @@ def plot(out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from testbed.core.atomicio import atomic_path
+    from kvbed.core.atomicio import atomic_path
 
     with open(out / "curves.csv", newline="") as f:
         curves = list(csv.DictReader(f))

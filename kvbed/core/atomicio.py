@@ -19,7 +19,7 @@ from typing import Any, Iterator
 def check_can_make_dir(path: str | os.PathLike, where: str) -> None:
     """Refuse, before any work, a directory path that cannot be made: a file on its path, or a nearest
     existing ancestor that is not writable."""
-    from testbed.core.errors import KvbedError
+    from kvbed.core.errors import KvbedError
 
     for p in (Path(path), *Path(path).parents):
         if p.exists():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
-from testbed.core.errors import KvbedError
+from kvbed.core.errors import KvbedError
 
 T = TypeVar("T")
 
