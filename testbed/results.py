@@ -205,9 +205,9 @@ def load_run(path: str | os.PathLike, name: str | None = None) -> Run:
     p = Path(path)
     if not p.is_dir():
         raise KvbedError("not a run directory (no such directory)", where=str(p))
-    for name in RUN_FILES:
-        if not (p / name).exists():
-            raise KvbedError(f"not a complete run directory (missing {name})", where=str(p))
+    for part in RUN_FILES:
+        if not (p / part).exists():
+            raise KvbedError(f"not a complete run directory (missing {part})", where=str(p))
     try:
         config = json.loads((p / "config.json").read_text())
         result = json.loads((p / "result.json").read_text())

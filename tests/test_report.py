@@ -193,3 +193,28 @@ def test_report_reads_the_hit_ratios_of_a_run_saved_before_their_names():
     old = {"cpu": {"lookups": 40, "hits": 10, "hit_ratio": 0.25, "chunk_share": 0.05}}
     assert _hit_ratios(old, "cpu") == {"ref_hit_ratio": 0.05, "lookup_hit_ratio": 0.25}
     assert _hit_ratios(old, "ssd") == {} and _hit_ratios(None, "cpu") == {}
+
+
+def test_a_run_is_labelled_with_its_own_name(runs, tmp_path):
+    """load_run's file check once reused the ``name`` argument as its loop variable: every run was labelled
+    "latency.parquet" in plot titles and report legends (issue 18)."""
+    assert load_run(runs[0]).label == "none"
+    assert load_run(runs[1], "oracle run").label == "oracle run"
+    import matplotlib.figure
+    titles = []
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *a, **kw):
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return real(fig, *a, **kw)
+
+    copy = tmp_path / "renamed"
+    shutil.copytree(runs[1], copy)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(matplotlib.figure.Figure, "savefig", spy)
+    try:
+        make_run_plots(copy)
+    finally:
+        mp.undo()
+    assert titles and all(t.endswith("- renamed") for t in titles if " - " in t)
+    assert not any("parquet" in t for t in titles)
