@@ -1,23 +1,28 @@
-"""Runs whose outputs must not change when code is reorganised, and their path-free digests.
+"""Runs whose outputs must not change when code is reorganised: their headline figures and path-free digests.
 
-``tests/golden/digests.json`` holds the digests recorded on the tree before the foundation refactor
-(issue 9: commit 58fd2fe), regenerated once since, for issue 18 (the tier simulator's pin rule and S3-FIFO
-promotion moved every tier-simulated trace; new result.json keys gc_stall, saturation, gc.* per write command;
-the old traces replayed by the new code gave the old figures exactly); ``test_golden.py`` reruns the same
-commands and compares. A digest is the
-sha256 of a JSON file after masking what varies by host (see _mask) and replacing the run's own directories by placeholders (the trace path
-is echoed in result.json), and of a Parquet file's table and key-value metadata (not its bytes, which
-name the pyarrow version that wrote them).
+``tests/golden/digests.json`` holds, per run, ``figures`` (WAF, GC bytes moved, erases, p99s, event counts, hit
+ratios: what a reader of a failure wants to see moved) and ``digests`` (every output file). It was recorded on
+the tree before the foundation refactor (issue 9: commit 58fd2fe) and regenerated since for issue 18 (the tier
+simulator's pin rule and S3-FIFO promotion moved every tier-simulated trace) and issue 19 (figures added, the
+kvbed version masked: an uninstalled checkout says 0.1.0+src). ``test_golden.py`` reruns the same commands and
+compares the figures first, so a failure names the figure that moved, then the digests.
+
+A digest is the sha256 of a JSON file after masking what varies by host or install (see _mask) and replacing
+the run's own directories by placeholders (the trace path is echoed in result.json), and of a Parquet file's
+table and key-value metadata (not its bytes, which name the pyarrow version that wrote them).
 
 Regenerate (only for a deliberate change of results, saying which in the commit):
-    python tests/golden_runs.py OUT_DIR > tests/golden/digests.json
+    python -m tests.golden_runs OUT_DIR > tests/golden/digests.json
+or, when only the recorded form changes (not the results), check the old digests while writing the new:
+    python -m tests.golden_runs OUT_DIR --check-old tests/golden/digests.json > new.json
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
-import sys
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -63,35 +68,42 @@ def argv(name: str, work: Path) -> list[str]:
     return [a.format(w=work, mc=MOONCAKE) for a in RUNS[name]]
 
 
-def _mask(doc):
-    """Drop what legitimately varies between hosts: wall-clock speed, and the trace fingerprint (a hash of the
-    Parquet footer, which names the imported source by its absolute path; the trace's own digest covers it)."""
+VERSION_KEYS = ("kvbed version", "kvbed_version")
+_CREATED_BY = re.compile(r'"created_by": "kvbed [^"]*"')
+
+
+def _mask(doc, version: bool = True):
+    """Drop what legitimately varies between hosts: wall-clock speed, the trace fingerprint (a hash of the
+    Parquet footer, which names the imported source by its absolute path; the trace's own digest covers it),
+    and kvbed's version (0.1.0 installed, 0.1.0+src from a bare checkout)."""
     if isinstance(doc, dict):
         doc.pop("sim", None)  # `device run` keeps its wall-clock speed there
         if "runtime_ns" in doc and "lat_ns" in doc:  # fio's runtime (ms) and bw (KiB/s), added after 58fd2fe
             doc.pop("runtime", None)
             doc.pop("bw", None)
-        return {k: "<fingerprint>" if k == "fingerprint" else _mask(v) for k, v in doc.items()}
+        return {k: "<fingerprint>" if k == "fingerprint" else
+                "<version>" if version and k in VERSION_KEYS else _mask(v, version) for k, v in doc.items()}
     if isinstance(doc, list):
-        return [_mask(v) for v in doc]
+        return [_mask(v, version) for v in doc]
     return doc
 
 
-def _paths(text: str, work: Path) -> str:
-    return text.replace(str(work), "<work>").replace(str(MOONCAKE.parent), "<mooncake>")
+def _paths(text: str, work: Path, version: bool = True) -> str:
+    text = text.replace(str(work), "<work>").replace(str(MOONCAKE.parent), "<mooncake>")
+    return _CREATED_BY.sub('"created_by": "kvbed <version>"', text) if version else text
 
 
-def _text_digest(path: Path, work: Path) -> str:
-    text = json.dumps(_mask(json.loads(path.read_text())), indent=2, sort_keys=True) + "\n"
-    return hashlib.sha256(_paths(text, work).encode()).hexdigest()
+def _text_digest(path: Path, work: Path, version: bool = True) -> str:
+    text = json.dumps(_mask(json.loads(path.read_text()), version), indent=2, sort_keys=True) + "\n"
+    return hashlib.sha256(_paths(text, work, version).encode()).hexdigest()
 
 
-def _parquet_digest(path: Path, work: Path) -> str:
+def _parquet_digest(path: Path, work: Path, version: bool = True) -> str:
     f = pq.ParquetFile(path)
     h = hashlib.sha256()
     for k, v in sorted((f.schema_arrow.metadata or {}).items()):
         if k != b"ARROW:schema":
-            h.update(k + b"=" + _paths(v.decode(), work).encode())
+            h.update(k + b"=" + _paths(v.decode(), work, version).encode())
     table = f.read()
     h.update(str(table.schema.remove_metadata()).encode())  # its text shows the metadata's length, path included
     for name in table.column_names:
@@ -100,37 +112,95 @@ def _parquet_digest(path: Path, work: Path) -> str:
     return h.hexdigest()
 
 
-def digest(name: str, work: Path) -> dict[str, str]:
-    """Digests of what the run ``name`` wrote under ``work``."""
-    out = Path(argv(name, work)[argv(name, work).index("-o") + 1])
+def _out(name: str, work: Path) -> Path:
+    a = argv(name, work)
+    return Path(a[a.index("-o") + 1])
+
+
+def digest(name: str, work: Path, version: bool = True) -> dict[str, str]:
+    """Digests of what the run ``name`` wrote under ``work`` (``version=False``: the version unmasked, as the
+    digests were recorded before issue 19)."""
+    out = _out(name, work)
     if out.suffix == ".parquet":
-        return {"trace": _parquet_digest(out, work)}
+        return {"trace": _parquet_digest(out, work, version)}
     got = {}
     for f in ("config.json", "result.json"):
         if (out / f).exists():
-            got[f] = _text_digest(out / f, work)
+            got[f] = _text_digest(out / f, work, version)
     for f in ("timeseries.parquet", "latency.parquet"):
         if (out / f).exists():
-            got[f] = _parquet_digest(out / f, work)
+            got[f] = _parquet_digest(out / f, work, version)
     return got
 
 
-def main(work: Path) -> None:
+def _p99(block) -> float | None:
+    pct = (block or {}).get("lat_ns", {}).get("percentile") if isinstance(block, dict) else None
+    return pct.get("99.000000") if pct else None
+
+
+def _trace_figures(path: Path) -> dict:
+    f = pq.ParquetFile(path)
+    ops = f.read(columns=["op"]).column("op").to_pylist()
+    meta = json.loads((f.schema_arrow.metadata or {}).get(b"kvbed", b"{}"))
+    figs: dict = {"events": f.metadata.num_rows}
+    for op in sorted(set(ops)):
+        figs[f"events.{op}"] = ops.count(op)
+    for tier, st in sorted((meta.get("tier_stats") or {}).items()):
+        for k, v in sorted(st.items()) if isinstance(st, dict) else ():
+            if "hit_ratio" in k:
+                figs[f"{tier}.{k}"] = v
+    return figs
+
+
+def _job_figures(job: dict) -> dict:
+    figs = {k: job.get(k) for k in ("waf", "end_to_end_waf", "erases", "zone_resets", "gc_stall_ns")
+            if job.get(k) is not None}
+    gc = job.get("gc") or {}
+    if "bytes_moved" in gc:
+        figs["gc.bytes_moved"] = gc["bytes_moved"]
+    for series in ("object_read", "object_write", "read", "write"):
+        p = _p99(job.get(series))
+        if p is not None:
+            figs[f"{series}.p99_ns"] = p
+    return figs
+
+
+def figures(name: str, work: Path) -> dict:
+    """The headline figures of the run ``name``: what a failing golden test should name first."""
+    out = _out(name, work)
+    if out.suffix == ".parquet":
+        return _trace_figures(out)
+    doc = json.loads((out / "result.json").read_text())
+    jobs = doc.get("jobs") or [doc["job"]]  # a replay's jobs, or a `device run`'s one job
+    if len(jobs) == 1:
+        return _job_figures(jobs[0])
+    return {f"{j.get('jobname', i)}.{k}": v for i, j in enumerate(jobs) for k, v in _job_figures(j).items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--check-old", type=Path, help="digests.json whose digests must still hold (version unmasked)")
+    args = ap.parse_args()
     from click.testing import CliRunner
 
     from testbed.cli import cli
 
-    work = work.resolve()
+    work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    old = json.loads(args.check_old.read_text()) if args.check_old else None
     out = {}
     for name in RUNS:
         if name in NEEDS_MOONCAKE and not MOONCAKE.exists():
             continue
         res = CliRunner().invoke(cli, argv(name, work))
         assert res.exit_code == 0, (name, res.output, res.stderr)
-        out[name] = digest(name, work)
+        if old is not None:
+            was = old[name].get("digests", old[name])
+            assert digest(name, work, version=False) == was, f"{name}: the outputs moved"
+        out[name] = {"figures": figures(name, work), "digests": digest(name, work)}
     print(json.dumps(out, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main()
