@@ -187,7 +187,8 @@ def synth_trace(path: Path, quick: bool) -> Path:
 
 def bench_replay(runs: int, quick: bool, workdir: Path) -> dict:
     from kvreplay.replay.engine import Replay, build_config
-    from testbed.vm.replay import build_vm_config, replay_vm
+    from testbed.vm.replay import replay_vm
+    from testbed.vm.replay_config import build_vm_config
 
     trace = synth_trace(workdir / "synth.parquet", quick)
     params = ["ru_bytes=64MiB"]
@@ -221,7 +222,8 @@ def bench_replay(runs: int, quick: bool, workdir: Path) -> dict:
 
 def bench_powerloss(runs: int, quick: bool, workdir: Path) -> dict:
     from kvreplay import schema as S
-    from testbed.vm.replay import build_vm_config, replay_vm
+    from testbed.vm.replay import replay_vm
+    from testbed.vm.replay_config import build_vm_config
 
     trace = synth_trace(workdir / "synth.parquet", quick)
     ts = S.read_trace(trace, columns=["ts_ns"])[0]["ts_ns"]

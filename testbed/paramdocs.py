@@ -26,7 +26,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.tiers import TierSimParams
     from kvreplay.crossover import CrossoverParams
     from testbed.vm.qemu import VmParams
-    from testbed.vm.replay import VmLinkParams
+    from testbed.vm.replay_config import VmLinkParams
 
     out: dict[str, tuple[type, str]] = {
         "replay": (ReplayParams, "kvbed replay (options marked * are also --options)"),

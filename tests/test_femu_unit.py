@@ -24,7 +24,7 @@ from testbed.cli import cli
 from kvbed.core.errors import KvbedError
 from testbed.femu import build as fb
 from testbed.femu.devices import femu_mapping
-from testbed.vm import backends, checks, qemu
+from testbed.vm import backends, checks, cmdline, qemu
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -139,14 +139,14 @@ def test_argv_on_the_femu_backend(tmp_path, monkeypatch):
     p = qemu.resolve_params("fdp", FDP_OK)
     paths = qemu.VmPaths(kernel=tmp_path / "k", initrd=tmp_path / "i", overlay=tmp_path / "o", disk=None,
                          console=tmp_path / "c", qmp=tmp_path / "q")
-    argv = qemu.build_argv("fdp", p, paths, accel="tcg", host_port=4000, token="t", qemu_bin=be.binary(),
+    argv = cmdline.build_argv("fdp", p, paths, accel="tcg", host_port=4000, token="t", qemu_bin=be.binary(),
                            backend="femu")
     s = " ".join(argv)
     assert f"-L {fake.parent / 'share'}" in s and f"-bios {fake.parent / 'share' / 'qboot.rom'}" in s
     assert "-device femu-subsys,id=femu-subsys-0" in s and "nvme-ns" not in s and "-drive file=" in s  # root only
     assert s.count("-drive") == 1
     # the stock backend is unchanged
-    q = " ".join(qemu.build_argv("fdp", qemu.resolve_params("fdp", ["backing=null"]), paths, accel="tcg", host_port=4000, token="t"))
+    q = " ".join(cmdline.build_argv("fdp", qemu.resolve_params("fdp", ["backing=null"]), paths, accel="tcg", host_port=4000, token="t"))
     assert "nvme-subsys" in q and "-device femu" not in q and "-L " not in q
 
 

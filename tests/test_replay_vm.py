@@ -28,7 +28,8 @@ from testbed.cli import cli
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import to_dict
 from testbed.vm import qemu, state
-from testbed.vm.replay import VmReplay, build_vm_config, split_vm_params
+from testbed.vm.replay import VmReplay
+from testbed.vm.replay_config import build_vm_config, split_vm_params
 
 MiB = 1 << 20
 PAGE = 1 * MiB

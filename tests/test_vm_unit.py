@@ -19,7 +19,7 @@ import devicemodels.base as base
 from kvreplay.agent import hist, wire
 from testbed.cli import cli
 from kvbed.core.errors import KvbedError
-from testbed.vm import accel, checks, image, qemu, state
+from testbed.vm import accel, checks, cmdline, image, qemu, state
 from testbed.vm.qemu import VmPaths
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -64,7 +64,7 @@ def test_agent_op_codes_match_the_device_contract():
 def test_fdp_device_args_derive_from_params(tmp_path):
     p = qemu.resolve_params("fdp", ["ru_bytes=8MiB", "nruh=6", "logical_bytes=2GiB", "page_bytes=4096",
                                     "mdts_bytes=256KiB"])
-    argv = qemu.build_argv("fdp", p, _paths(tmp_path), accel="tcg", host_port=41234, token="t0k")
+    argv = cmdline.build_argv("fdp", p, _paths(tmp_path), accel="tcg", host_port=41234, token="t0k")
     subsys = _kv(_opt(argv, "-device", "nvme-subsys,"))
     assert subsys == {"id": "subsys0", "fdp": "on", "fdp.runs": str(8 * MiB), "fdp.nrg": "1", "fdp.nruh": "6"}
     ctrl = _kv(_opt(argv, "-device", "nvme,"))
@@ -80,7 +80,7 @@ def test_fdp_device_args_derive_from_params(tmp_path):
 def test_zns_device_args_derive_from_params(tmp_path):
     p = qemu.resolve_params("zns", ["zone_bytes=32MiB", "zone_cap_bytes=24MiB", "max_open_zones=3",
                                     "max_active_zones=5", "logical_bytes=1GiB", "zasl_bytes=128KiB"])
-    argv = qemu.build_argv("zns", p, _paths(tmp_path), accel="kvm", host_port=5000, token="x")
+    argv = cmdline.build_argv("zns", p, _paths(tmp_path), accel="kvm", host_port=5000, token="x")
     ns = _kv(_opt(argv, "-device", "nvme-ns,"))
     assert ns["zoned"] == "true"
     assert ns["zoned.zone_size"] == str(32 * MiB) and ns["zoned.zone_capacity"] == str(24 * MiB)
@@ -91,7 +91,7 @@ def test_zns_device_args_derive_from_params(tmp_path):
 
 def test_cxl_device_args_use_seabios_and_no_hypervisor_bit(tmp_path):
     p = qemu.resolve_params("cxl", ["cxl_bytes=512MiB", "mem_bytes=2GiB"])
-    argv = qemu.build_argv("cxl", p, _paths(tmp_path, disk=False), accel="tcg", host_port=5001, token="c")
+    argv = cmdline.build_argv("cxl", p, _paths(tmp_path, disk=False), accel="tcg", host_port=5001, token="c")
     assert "-bios" not in argv  # CXL needs SeaBIOS: qboot leaves the CXL windows unassigned
     assert argv[argv.index("-cpu") + 1] == "max,-hypervisor,-erms,-fsrm"
     assert argv[argv.index("-machine") + 1] == "q35,cxl=on"
@@ -106,7 +106,7 @@ def test_cxl_device_args_use_seabios_and_no_hypervisor_bit(tmp_path):
 
 def test_conv_has_no_placement(tmp_path):
     p = qemu.resolve_params("conv", ["logical_bytes=256MiB"])
-    argv = " ".join(qemu.build_argv("conv", p, _paths(tmp_path), accel="tcg", host_port=5002, token="c"))
+    argv = " ".join(cmdline.build_argv("conv", p, _paths(tmp_path), accel="tcg", host_port=5002, token="c"))
     assert "fdp" not in argv and "zoned" not in argv
     assert qemu.device("conv").disk_bytes(p) == 256 * MiB
 
@@ -118,10 +118,10 @@ def test_null_backing_costs_no_host_disk(tmp_path, device):
     kv = ["logical_bytes=64GiB", "zone_bytes=64MiB", "zone_cap_bytes=48MiB"] if device == "zns" else ["logical_bytes=64GiB"]
     p = qemu.resolve_params(device, kv + ["backing=null"])
     assert qemu.device(device).disk_bytes(p) == 0
-    argv = qemu.build_argv(device, p, _paths(tmp_path, disk=False), accel="tcg", host_port=5003, token="n")
+    argv = cmdline.build_argv(device, p, _paths(tmp_path, disk=False), accel="tcg", host_port=5003, token="n")
     drive = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-drive" and "nvm0" in argv[i + 1]]
     assert drive == [f"driver=null-co,size={64 * GiB},read-zeroes=on,if=none,id=nvm0"]
-    filed = qemu.build_argv(device, qemu.resolve_params(device, kv), _paths(tmp_path), accel="tcg", host_port=5003,
+    filed = cmdline.build_argv(device, qemu.resolve_params(device, kv), _paths(tmp_path), accel="tcg", host_port=5003,
                             token="n")
     assert [a for a in argv if "nvm0" not in a] == [a for a in filed if "nvm0" not in a]
     with pytest.raises(KvbedError, match="backing: expected one of file, null, got"):

@@ -1,6 +1,6 @@
 """Placement-hint policies: which class each write of the replayed tier goes to.
 
-``HINTS`` maps a lowercase name to a :class:`~kvreplay.hints.base.HintPolicy`
+``HINTS`` (:mod:`~kvreplay.hints.registry`) maps a lowercase name to a :class:`~kvreplay.hints.base.HintPolicy`
 subclass; one file per policy, each stating what it may know:
 
 =============== ===============================================================
@@ -15,12 +15,9 @@ type            the written object's kind and tenant
 
 from __future__ import annotations
 
-from kvbed.core.registry import Registry
-
-HINTS: Registry[type] = Registry("hint policy")
-
 # Registration happens on import of each policy module.
-from kvreplay.hints import hotness, noisy_oracle, none, objtype, oracle, predicted  # noqa: E402,F401
-from kvreplay.hints.base import Future, HintPolicy  # noqa: E402
+from kvreplay.hints import hotness, noisy_oracle, none, objtype, oracle, predicted  # noqa: F401
+from kvreplay.hints.base import Future, HintPolicy
+from kvreplay.hints.registry import HINTS
 
 __all__ = ["HINTS", "HintPolicy", "Future"]

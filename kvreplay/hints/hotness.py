@@ -28,7 +28,7 @@ import numpy as np
 
 from devicemodels.jit import kernel
 from kvreplay.schema import OP_DELETE, OP_HIT, OP_LOAD
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.actions import A_WRITE
 from kvreplay.hints.quantiles import class_of, new_state, note_score

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.oracle import OracleHints, OracleParams
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import param

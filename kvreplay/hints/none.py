@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.base import HintPolicy
 
 

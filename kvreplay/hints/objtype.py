@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from devicemodels.jit import njit
 
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.objtable import ObjTable, ot_full, ot_insert
 

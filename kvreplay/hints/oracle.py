@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.base import Future, HintPolicy, classes_from_edges, lifetime_edges
 from kvbed.core.params import param
 

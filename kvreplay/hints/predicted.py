@@ -33,7 +33,7 @@ import numpy as np
 
 from devicemodels.jit import kernel
 from kvreplay import schema as S
-from kvreplay.hints import HINTS
+from kvreplay.hints.registry import HINTS
 from kvreplay.hints.base import HintPolicy
 from kvreplay.hints.oracle import CLOCK_UNIT, CLOCKS
 from kvreplay.hints.quantiles import class_of, new_state, note_score

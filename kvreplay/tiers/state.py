@@ -25,7 +25,7 @@ from kvreplay.tiers.sharing import salts
 
 if TYPE_CHECKING:
     from kvreplay.requests import RequestTrace
-    from kvreplay.tiers.sim import TierSimParams
+    from kvreplay.tiers.params import TierSimParams
 
 NT = 4  # gpu, cpu, cxl, ssd (schema codes 0..3)
 GPU, SSD = 0, 3
@@ -174,7 +174,7 @@ class TierRequests(NamedTuple):
 
 
 class TierConfig(NamedTuple):
-    """Configuration from :class:`~kvreplay.tiers.sim.TierSimParams` (read-only in the kernel)."""
+    """Configuration from :class:`~kvreplay.tiers.params.TierSimParams` (read-only in the kernel)."""
 
     cap: np.ndarray  # int64[NT]              bytes of each tier (0: tier absent)
     P: np.ndarray  # float64[NT, P_WIDTH]     eviction policy parameters of each tier (P_* columns)

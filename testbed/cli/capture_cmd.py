@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from testbed.cli.console import console
+from testbed.cli.console import console, facts_table
 from kvbed.core.params import with_options, with_overrides
 
 
@@ -104,10 +104,8 @@ def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str 
         click.echo(json.dumps({"output": str(res.output), "events": res.rows, "elapsed_s": round(res.elapsed_s, 3),
                                "stopped_by": res.stopped_by, "flushes": res.flushes, "facts": f}, indent=2))
         return
-    from testbed.cli.trace_cmd import _facts_table
-
     con = console()
-    con.print(_facts_table({k: v for k, v in f.items() if v not in ({}, 0) or k in ("messages", "lost_messages")},
+    con.print(facts_table({k: v for k, v in f.items() if v not in ({}, 0) or k in ("messages", "lost_messages")},
                            "capture"))
     if f["messages"] == 0:
         con.print(f"[yellow]no messages received[/] from {', '.join(endpoints)} (is the engine running with KV "

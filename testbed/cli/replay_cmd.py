@@ -224,7 +224,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         if "time_scale" in given and given.get("as_fast_as_possible"):
             raise KvbedError("--time-scale and --as-fast-as-possible exclude each other")
         if on_vm:
-            from testbed.vm.replay import build_vm_config
+            from testbed.vm.replay_config import build_vm_config
 
             cfg = build_vm_config(trace, device, hints or "none", list(params), given, vm=vm_name)
         else:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from testbed.cli.console import console
+from testbed.cli.console import console, facts_table
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
 from kvbed.core.params import field_types, split_overrides, with_options, with_overrides
@@ -160,21 +160,6 @@ def _print_share(con: Console, sh: dict[str, Any]) -> None:
         con.print(share_line(sh))
 
 
-def _facts_table(facts: dict[str, Any], title: str = "source facts") -> Table:
-    t = Table(title=title, title_justify="left", show_header=False)
-    t.add_column("fact")
-    t.add_column("value", justify="right")
-    for k, v in facts.items():
-        if isinstance(v, float):
-            v = f"{100 * v:.1f}%" if k.endswith("share") else f"{v:,.3f}"
-        elif isinstance(v, int):
-            v = f"{v:,}"
-        elif isinstance(v, dict):
-            v = ", ".join(f"{a}={b}" for a, b in v.items())
-        t.add_row(k.replace("_", " "), str(v))
-    return t
-
-
 def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
     summary = {
         "output": str(out),
@@ -190,7 +175,7 @@ def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2, default=str))
         return
     con = _out()
-    con.print(_facts_table(meta.source_facts))
+    con.print(facts_table(meta.source_facts))
     con.print(_tier_table(res.tier_stats))
     _print_share(con, res.share)
     g = meta.geometry
@@ -300,7 +285,7 @@ def _import_events(importer: Any, src: Path, out: Path, as_json: bool) -> None:
     else:
         con = _out()
         if meta.source_facts:
-            con.print(_facts_table(meta.source_facts))
+            con.print(facts_table(meta.source_facts))
         con.print(f"wrote [bold]{out}[/]: {w.rows:,} events")
 
 
@@ -460,7 +445,7 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
     head.add_row("created by", f"{m.get('created_by')} (format v{m.get('format_version')})")
     con.print(head)
     if m.get("source_facts"):
-        con.print(_facts_table(m["source_facts"]))
+        con.print(facts_table(m["source_facts"]))
     if m.get("tier_stats"):
         con.print(_tier_table(m["tier_stats"]))
         if m["tier_stats"].get("share"):

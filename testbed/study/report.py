@@ -26,7 +26,6 @@ from typing import Any
 from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
 
-PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes")
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 
 

@@ -3,7 +3,7 @@
 Sections:
 
 - ``[study]``: ``name``, ``seeds = [0, 1, 2]`` or ``repeats = N`` (seeds 0..N-1), ``metrics`` (the columns
-  of the summary and report; default :data:`~testbed.study.table.DEFAULT_METRICS`), ``plots`` (default all),
+  of the summary and report; default :data:`~testbed.study.vocabulary.DEFAULT_METRICS`), ``plots`` (default all),
   ``description``;
 - ``[trace]``: one of ``path = "x.parquet"``; ``import = "mooncake"`` + ``source = "file.jsonl"`` + any
   ``kvbed trace import`` option by its name with ``_`` (every tier simulator field, and ``policy``);
@@ -37,9 +37,9 @@ from typing import Any
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import field_types, to_dict, with_overrides
 from kvbed.core.version import __version__
+from testbed.study.vocabulary import DEFAULT_METRICS, METRICS, PLOTS, UNSET
 
 STUDY_KEYS = ("name", "description", "seeds", "repeats", "metrics", "plots")
-UNSET = "-"  # an axis value that leaves its key unset
 TRACE_KINDS = ("path", "import", "synth")
 
 
@@ -217,9 +217,6 @@ def load(path: str | Path) -> Study:
     """Parse and validate a spec; every point is checked before anything runs."""
     from devicemodels import DEVICES
     from kvreplay.hints import HINTS
-
-    from testbed.study.table import DEFAULT_METRICS, METRICS
-    from testbed.study.report import PLOTS
 
     spec = _Spec(Path(path))
     doc = spec.doc

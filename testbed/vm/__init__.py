@@ -2,7 +2,9 @@
 
 - :mod:`testbed.vm.image`: the guest image (images/guest recipe + the agent), cached by recipe hash;
 - :mod:`testbed.vm.accel`: KVM or TCG, probed once per host, never hanging;
-- :mod:`testbed.vm.qemu`: QEMU command lines derived from the device parameter dataclasses;
+- :mod:`testbed.vm.qemu`: the VM devices' QEMU arguments, derived from the device parameter dataclasses;
+- :mod:`testbed.vm.backends`: which emulator (QEMU, FEMU) runs the guest and how it gets the device;
+- :mod:`testbed.vm.cmdline`: the full command line of one VM, from the two;
 - :mod:`testbed.vm.vm`: lifecycle (up, attach, status, down) with a state directory per VM;
 - :mod:`testbed.vm.client`: the host side of the agent protocol, with timeouts and liveness;
 - :mod:`testbed.vm.target`: ``VmTarget``, what a replay submits op batches to;

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from kvbed.core.errors import KvbedError
 from testbed.vm import accel as accel_mod
 from testbed.vm import image as image_mod
-from testbed.vm import backends, paths, qemu, state
+from testbed.vm import backends, cmdline, paths, qemu, state
 from testbed.vm.client import AgentClient, AgentError, AgentTimeout, VmDied, VmError
 
 DEFAULT_BOOT_TIMEOUT_S = 90.0
@@ -230,7 +230,7 @@ class Vm:
     def _start(self, img, p, port: int, qemu_bin: str, log) -> None:
         st = self.state
         st.port = port
-        argv = qemu.build_argv(st.device, p, self._paths(img), accel=st.accel, host_port=port, token=st.token,
+        argv = cmdline.build_argv(st.device, p, self._paths(img), accel=st.accel, host_port=port, token=st.token,
                                qemu_bin=qemu_bin, backend=st.backend)
         st.argv = argv
         log(f"starting VM {st.name} ({st.device} on {st.backend}, {st.accel}) on 127.0.0.1:{port}")

@@ -1,0 +1,12 @@
+"""``HINTS``: the hint policies by lowercase name.
+
+Kept apart from the package ``__init__`` so a policy module can register itself without importing the
+package that imports it (as :mod:`kvreplay.faults.registry`).
+"""
+
+from __future__ import annotations
+
+from kvbed.core.registry import Registry
+
+#: placement-hint policies (``--hints NAME``): one module each in this package
+HINTS: Registry[type] = Registry("hint policy")

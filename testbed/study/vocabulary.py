@@ -1,0 +1,47 @@
+"""The words a study spec may use: the metrics (table and summary columns), the plots of the report and the
+axis value that leaves a key unset.
+
+The spec checks a study's names against them before anything runs; the table and the report that give the
+names their meaning import them from here, so parsing a spec needs neither.
+"""
+
+from __future__ import annotations
+
+UNSET = "-"  # an axis value that leaves its key unset
+
+#: metric -> (how to read it from result.json's job, what it is)
+METRICS: dict[str, str] = {
+    "waf": "device WAF (media / host bytes written)",
+    "host_waf": "host WAF (host / user bytes; ZNS host GC)",
+    "end_to_end_waf": "end-to-end WAF (media / user bytes)",
+    "gc_bytes_moved": "bytes the device's GC relocated",
+    "host_gc_bytes": "bytes the host's GC relocated (ZNS)",
+    "gc_runs": "device GC runs",
+    "gc_stall_ns": "foreground GC stall, total: a sum over stalls (they overlap in time, so not a duration)",
+    "gc_stalled_writes_ratio": "share of the device's write commands that waited for foreground GC",
+    "gc_stall_p99_ns": "foreground-GC wait p99, among the write commands that waited",
+    "gc_stall_max_ns": "longest foreground-GC wait of a write command",
+    "saturated": "1: the device was backlogged for at least saturation_backlog_ratio of the span (latency tails "
+                 "are queueing), 0: not, empty: closed loop or not recorded",
+    "backlogged_ratio": "share of the replay span an op in flight had waited longer than saturation_wait_ns",
+    "busy_ratio": "share of the replay span with at least one op in flight",
+    "erases": "block erases",
+    "zone_resets": "zone resets",
+    "user_bytes_written": "bytes the KV store wrote",
+    "read_p50_ns": "device read latency p50", "read_p99_ns": "device read latency p99",
+    "read_p999_ns": "device read latency p99.9",
+    "write_p50_ns": "device write latency p50", "write_p99_ns": "device write latency p99",
+    "write_p999_ns": "device write latency p99.9",
+    "load_p50_ns": "object load latency p50", "load_p99_ns": "object load latency p99",
+    "load_p999_ns": "object load latency p99.9",
+    "loads_wrong": "loads after the faults served wrong (kvbed replay --fault)",
+    "loads_detected": "loads after the faults the contract caught (recomputed)",
+    "loads_missing": "loads after the faults whose copy was gone (recomputed)",
+    "recompute_tokens": "tokens recomputed after the faults",
+    "contract_extra_bytes_written": "device bytes the contract's headers added",
+}
+DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
+                   "write_p99_ns")
+
+#: the report's plots (``[study] plots``; each described in :mod:`testbed.study.report`)
+PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes")
