@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 from devicemodels.jit import njit
@@ -156,13 +156,53 @@ class IdIndex:
         return np.where(hit, self._idx[pos], -1)
 
 
+class CheckRows(NamedTuple):
+    """One batch of n trace rows as the checker reads them (read-only). ``kind`` is empty (int8[0]) when the
+    kind column is not read; ``pi``..``sess`` are empty (int64[0]) without the full checks."""
+
+    row0: int  # global trace row of the batch's row 0
+    ts: np.ndarray  # int64[n]     ts_ns
+    op: np.ndarray  # int8[n]      op code (schema.OPS; checked)
+    oi: np.ndarray  # int64[n]     dense object index of obj_id (IdIndex.objects)
+    tier: np.ndarray  # int8[n]    tier code (schema.TIERS; checked)
+    kind: np.ndarray  # int8[n]    kind code (schema.KINDS; checked)
+    nbytes: np.ndarray  # int64[n]
+    pi: np.ndarray  # int64[n]     dense index of parent_id: 0 none, -1 never seen (IdIndex.parents)
+    ntok: np.ndarray  # int32[n]   ntokens
+    req: np.ndarray  # int64[n]    request_id
+    sess: np.ndarray  # int64[n]   session_id
+
+
+class CheckState(NamedTuple):
+    """What the checker carries across batches (changed in place). O objects, R violations kept."""
+
+    obj: np.ndarray  # int64[O]      per object its state word (bits: see PRODUCING_SHIFT .. SIZE_SHIFT)
+    last_ts: np.ndarray  # int64[1]  ts_ns of the last row checked
+    vrow: np.ndarray  # int64[R]     row of the first R violations
+    vcode: np.ndarray  # int64[R]    their code (V_*)
+    vcount: np.ndarray  # int64[NV+1] violations per code; [NV]: all of them
+
+
+class CheckConfig(NamedTuple):
+    """Which checks run (scalars)."""
+
+    with_kind: bool  # ``kind`` is read (else every object counts as kind 0)
+    full: bool  # also the checks that need parent_id, ntokens, request_id and session_id
+    stop_first: bool  # return at the first violation (vcount[NV] counts them all)
+    nops: int  # len(OPS): op codes below it are known
+    ntiers: int  # len(TIERS)
+    nkinds: int  # len(KINDS)
+
+
 @njit(nogil=True)
-def _check(ts, op, oi, tier, kind, nbytes, pi, ntok, req, sess, with_kind, full, stop_first, row0,
-           obj, last_ts, vrow, vcode, vcount, nops, ntiers, nkinds):
-    """Check events in order against the objects' state ``obj``. ``with_kind``: ``kind`` is read (else an
-    empty array: every object counts as kind 0). ``full``: also the checks that need parent_id, ntokens,
-    request_id and session_id (``pi``..``sess``; empty arrays otherwise). ``stop_first``: return at the first
-    violation (vcount[NV] counts them all)."""
+def _check(rows, st, cfg):
+    """Check events ``rows`` (CheckRows) in order against the objects' state ``st.obj`` (CheckState), the
+    checks that ``cfg`` (CheckConfig) selects."""
+    ts, op, oi, tier, kind, nbytes = rows.ts, rows.op, rows.oi, rows.tier, rows.kind, rows.nbytes
+    pi, ntok, req, sess, row0 = rows.pi, rows.ntok, rows.req, rows.sess, rows.row0
+    obj, last_ts, vrow, vcode, vcount = st.obj, st.last_ts, st.vrow, st.vcode, st.vcount
+    with_kind, full, stop_first = cfg.with_kind, cfg.full, cfg.stop_first
+    nops, ntiers, nkinds = cfg.nops, cfg.ntiers, cfg.nkinds
     n = ts.shape[0]
     lt = last_ts[0]
     nf = 0  # violations flagged by this call
@@ -388,6 +428,8 @@ def validate_trace(
     vrow = np.zeros(max_report, np.int64)
     vcode = np.zeros(max_report, np.int64)
     vcount = np.zeros(NV + 1, np.int64)
+    cfg = CheckConfig(with_kind=True, full=True, stop_first=False, nops=len(OPS), ntiers=len(TIERS),
+                      nkinds=len(KINDS))
     row0 = 0
     first: list[Violation] = []
     for rg, b in enumerate(reader.iter_batches()):
@@ -395,9 +437,9 @@ def validate_trace(
         pi = ids.parents(b["parent_id"])
         g.ensure(ids.size)
         before = int(vcount[NV])
-        _check(b["ts_ns"], b["op"], oi, b["tier"], b["kind"], b["nbytes"], pi, b["ntokens"], b["request_id"],
-               b["session_id"], True, True, False, row0, g.obj, last_ts, vrow, vcode, vcount, len(OPS), len(TIERS),
-               len(KINDS))
+        rows = CheckRows(row0=row0, ts=b["ts_ns"], op=b["op"], oi=oi, tier=b["tier"], kind=b["kind"],
+                         nbytes=b["nbytes"], pi=pi, ntok=b["ntokens"], req=b["request_id"], sess=b["session_id"])
+        _check(rows, CheckState(obj=g.obj, last_ts=last_ts, vrow=vrow, vcode=vcode, vcount=vcount), cfg)
         after = min(int(vcount[NV]), max_report)
         for j in range(min(before, max_report), after):
             first.append(_violation(b, int(vrow[j]) - row0, int(vrow[j]), int(vcode[j])))
@@ -456,6 +498,8 @@ class RowCheck:
         self.rows = 0
         self._none = np.zeros(0, np.int64)
         self._no_kind = np.zeros(0, np.int8)
+        self._cfg = CheckConfig(with_kind=kind, full=False, stop_first=True, nops=len(OPS), ntiers=len(TIERS),
+                                nkinds=len(KINDS))
 
     def feed(self, b: EventBatch) -> None:
         """Check one batch (the rows after the last one fed); KvbedError names the first bad row."""
@@ -463,9 +507,12 @@ class RowCheck:
         self.objects.ensure(self.ids.size)
         none = self._none
         kind = b["kind"] if self.kind else self._no_kind
-        _check(b["ts_ns"], b["op"], oi, b["tier"], kind, b["nbytes"], none, none, none, none, self.kind, False, True,
-               self.rows, self.objects.obj, self.last_ts, self.vrow, self.vcode, self.vcount, len(OPS), len(TIERS),
-               len(KINDS))
+        rows = CheckRows(row0=self.rows, ts=b["ts_ns"], op=b["op"], oi=oi, tier=b["tier"], kind=kind,
+                         nbytes=b["nbytes"], pi=none, ntok=none, req=none, sess=none)
+        # the state tuple is made per batch: ensure() may have given the objects a new array
+        st = CheckState(obj=self.objects.obj, last_ts=self.last_ts, vrow=self.vrow, vcode=self.vcode,
+                        vcount=self.vcount)
+        _check(rows, st, self._cfg)
         if self.vcount[NV]:
             v = _violation(b, int(self.vrow[0]) - self.rows, int(self.vrow[0]), int(self.vcode[0]))
             order = ""

@@ -17,6 +17,7 @@ from kvreplay.agent.hist import Histogram, percentiles
 from kvreplay.agent.nvme import DmaBuffer, NsInfo
 from kvreplay.faults.model import lose_inflight
 from kvreplay.faults.params import parse_fault
+from kvreplay.faults.state import FaultLog, Media
 from kvreplay.layout.common import SRC_GC, SRC_USER
 from testbed.vm.powerloss import GuestPowerLoss, payload_columns, units_on_media
 from testbed.vm.target import FIO_PERCENTILES, merge_histograms
@@ -168,8 +169,9 @@ def test_units_on_media_is_the_fault_models_rule(ops, at_ns, flush_ns):
     seq = np.repeat(w, n)
     prev = np.zeros_like(seq)
     hit = np.zeros(len(ops) + 1, np.int64)
-    lose_inflight(np.full(len(ops), OP_WRITE, np.int8), lba, n, w, arr, done, len(ops), at_ns, flush_ns, seq, prev,
-                  np.zeros(len(ops) + 1, np.int64), hit)
+    log = FaultLog(row=np.arange(len(ops), dtype=np.int64), op=np.full(len(ops), OP_WRITE, np.int8), lba=lba,
+                   npages=n, arr=arr, done=done, w=w, kp=np.array([len(ops)], np.int64))
+    lose_inflight(log, Media(lba_seq=seq, lba_prev=prev), len(ops), at_ns, flush_ns, hit)
     kept = np.bincount(seq, minlength=len(ops) + 1)[1:]
     assert units_on_media(arr, done, n, at_ns, flush_ns).tolist() == kept.tolist()
 

@@ -23,7 +23,7 @@ from kvreplay.faults.model import (
 )
 from kvreplay.faults.params import FaultParams
 from kvreplay.faults.registry import CONTRACTS
-from kvreplay.faults.state import FaultState, OpLog
+from kvreplay.faults.state import FaultConfig, FaultEvents, FaultState, OpLog
 from kvreplay.layout.actions import action_table
 from kvreplay.layout.common import SRC_GC
 from kvreplay.replay.prefetch import prefetched
@@ -129,17 +129,15 @@ class FaultRun:
         states: list[dict[str, Any]] = [{} for _ in self.faults]
         st.scope_names = self.reader.scopes  # codes as the reader assigns them (filled as it reads)
         slot = 0
-        lut = action_table(self.dev_tier)
-        checks = self.contract.checks
+        cfg = FaultConfig(lut=action_table(self.dev_tier), t0=self.t0, window_ns=window_ns, dev_tier=self.dev_tier,
+                          page_bytes=self.page_bytes, header_bytes=self.header_bytes, checks=self.contract.checks,
+                          seed=self.seed, fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
 
         def run(b: S.EventBatch, row0: int, a: int, e: int) -> None:
-            events_kernel(b["ts_ns"], b["op"], b["obj_id"], b["tier"], b["nbytes"], b["ntokens"], b["scope"],
-                          b["kind"], a, e, row0, self.t0, window_ns, lut, self.dev_tier, self.page_bytes,
-                          self.header_bytes, checks, slot, st.media_rate, st.media_from, self.seed,
-                          st.lg_row, st.lg_op, st.lg_lba, st.lg_np, st.lg_w, st.kp,
-                          st.o_ver, st.scope_ver, st.cp_ver, st.cp_bad, st.cp_ts, st.ix_seq, st.restored, st.true_res,
-                          st.lba_seq, st.lba_prev, st.w_obj, st.w_ver, st.w_pages, st.w_lo, st.w_hi, st.w_bad, st.wn,
-                          st.acc, st.tw, st.cost)
+            ev = FaultEvents(row0=row0, ts=b["ts_ns"], op=b["op"], obj=b["obj_id"], tier=b["tier"], nbytes=b["nbytes"],
+                             ntokens=b["ntokens"], scope=b["scope"], kind=b["kind"])
+            now = cfg._replace(fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
+            events_kernel(ev, a, e, now, st.arrays)
 
         def point(k: int) -> None:
             nonlocal slot
@@ -179,11 +177,11 @@ class FaultRun:
         while nxt < len(points):  # faults at the trace's last instant (nothing after them to classify)
             point(nxt)
             nxt += 1
-        return self._result(st, states), st.tw
+        return self._result(st, states), st.counts.tw
 
     def _result(self, st: FaultState, states: list[dict[str, Any]]) -> dict[str, Any]:
         cost = CostParams()
-        c = st.cost
+        c = st.counts.cost
         pb = self.page_bytes
         hb = self.header_bytes
         contract = {
@@ -203,12 +201,12 @@ class FaultRun:
         }
         injected = []
         for i, f in enumerate(self.faults):
-            injected.append({**f.describe(), "state": states[i], **_block(st.acc[i + 1], cost)})
+            injected.append({**f.describe(), "state": states[i], **_block(st.counts.acc[i + 1], cost)})
         return {
             "contract": contract,
             "injected": injected,
-            "before_faults": _block(st.acc[0], cost),
-            "total": _block(st.acc.sum(axis=0), cost),
+            "before_faults": _block(st.counts.acc[0], cost),
+            "total": _block(st.counts.acc.sum(axis=0), cost),
             "phantom_loads": int(c[K_PHANTOM]),  # creates a store with the faulty index would have loaded
             "media_errors_sampled": int(c[K_MEDIA_ERRORS]),
             "cost_model": {"model": cost.model, "accelerator": cost.accelerator,

@@ -13,6 +13,8 @@ State (object ids index dense arrays):
   the media can be undone); per write sequence its object, version, units and its write ops in the op log;
   the host-side index (object -> write sequence the entry points at), which faults may lose or roll back.
 
+The arrays are the NamedTuples of :mod:`kvreplay.faults.state` (each field's dtype, shape and meaning there).
+
 Loads (load/hit events; and a ``create`` of an object the index claims the device holds, which a store with
 that index would have loaded instead of computing: a *phantom* load) are classified into the outcomes below,
 per fault, tier and object kind. After a detected or missing load the object is recomputed and its copy is
@@ -62,9 +64,13 @@ def _trim(lba, npages, lba_seq, lba_prev):
 
 
 @njit(nogil=True)
-def _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo, w_hi, w_bad,
-              lg_lba, lg_np, corrupt):
-    """(outcome, content was correct) of a load of ``o`` from the replayed tier."""
+def _dev_load(o, exp, checks, corrupt, st):
+    """(outcome, content was correct) of a load of ``o`` from the replayed tier (``st``: FaultArrays)."""
+    ix_seq, restored = st.dev.ix_seq, st.dev.restored
+    lba_seq = st.media.lba_seq
+    w_obj, w_ver, w_pages, w_lo, w_hi, w_bad = (st.writes.obj, st.writes.ver, st.writes.pages, st.writes.lo,
+                                                st.writes.hi, st.writes.bad)
+    lg_lba, lg_np = st.log.lba, st.log.npages
     if restored[o]:
         return O_REUSED, True
     s = ix_seq[o]
@@ -103,16 +109,27 @@ def _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, 
 
 
 @njit(nogil=True)
-def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t0, window_ns,
-                  lut, dev_tier, page_bytes, header_bytes, checks, fault_slot, media_rate, media_from, seed,
-                  lg_row, lg_op, lg_lba, lg_np, lg_w, kp,
-                  o_ver, scope_ver, cp_ver, cp_bad, cp_ts, ix_seq, restored, true_res,
-                  lba_seq, lba_prev, w_obj, w_ver, w_pages, w_lo, w_hi, w_bad, wn,
-                  acc, tw, cost):
-    """Advance the state over batch rows [a, b) (global row = row0 + i); classify every load.
+def events_kernel(ev, a, b, cfg, st):
+    """Advance the state ``st`` (FaultArrays) over rows [a, b) of the batch ``ev`` (FaultEvents; global row
+    = ev.row0 + i); classify every load. ``cfg``: FaultConfig (tuples: :mod:`kvreplay.faults.state`).
 
-    ``fault_slot``: where outcomes are counted (0: before any fault, f + 1: after fault f); ``kp``/``wn``:
-    one-element cursors (next op log entry, next write sequence) carried between calls."""
+    ``cfg.fault_slot``: where outcomes are counted (0: before any fault, f + 1: after fault f);
+    ``kp``/``wn``: one-element cursors (next op log entry, next write sequence) carried between calls."""
+    ts, op, obj, tier, nbytes, ntokens, scope, kind = (ev.ts, ev.op, ev.obj, ev.tier, ev.nbytes, ev.ntokens,
+                                                       ev.scope, ev.kind)
+    row0 = ev.row0
+    lut, t0, window_ns, dev_tier = cfg.lut, cfg.t0, cfg.window_ns, cfg.dev_tier
+    page_bytes, header_bytes, checks, seed = cfg.page_bytes, cfg.header_bytes, cfg.checks, cfg.seed
+    fault_slot, media_rate, media_from = cfg.fault_slot, cfg.media_rate, cfg.media_from
+    lg = st.log
+    lg_row, lg_op, lg_lba, lg_np, lg_w, kp = lg.row, lg.op, lg.lba, lg.npages, lg.w, lg.kp
+    o_ver, scope_ver = st.ver.o_ver, st.ver.scope_ver
+    cp_ver, cp_bad, cp_ts = st.tiers.cp_ver, st.tiers.cp_bad, st.tiers.cp_ts
+    ix_seq, restored, true_res = st.dev.ix_seq, st.dev.restored, st.dev.true_res
+    lba_seq, lba_prev = st.media.lba_seq, st.media.lba_prev
+    wr = st.writes
+    w_obj, w_ver, w_pages, w_lo, w_hi, w_bad, wn = wr.obj, wr.ver, wr.pages, wr.lo, wr.hi, wr.bad, wr.wn
+    acc, tw, cost = st.counts.acc, st.counts.tw, st.counts.cost
     n_log = len(lg_row)
     n_tiers = cp_ver.shape[0]
     for i in range(a, b):
@@ -128,8 +145,7 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
         good = False
         # a store whose index claims the device holds o would load it rather than compute it
         if p == S.OP_CREATE and fault_slot > 0 and ix_seq[o] != 0 and true_res[o] == 0 and restored[o] == 0:
-            out, good = _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo, w_hi,
-                                  w_bad, lg_lba, lg_np, False)
+            out, good = _dev_load(o, exp, checks, False, st)
             cost[K_PHANTOM] += 1
             if out == O_DETECTED or out == O_MISSING:
                 ix_seq[o] = 0  # found bad: the entry is dropped and the object computed as the trace does
@@ -178,8 +194,7 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
                     corrupt = _uniform(seed, r) < pr
                     if corrupt and ix_seq[o] != 0:
                         cost[K_MEDIA_ERRORS] += 1
-                out, good = _dev_load(o, exp, checks, ix_seq, restored, lba_seq, w_obj, w_ver, w_pages, w_lo,
-                                      w_hi, w_bad, lg_lba, lg_np, corrupt)
+                out, good = _dev_load(o, exp, checks, corrupt, st)
                 cost[K_READS] += 1
                 cost[K_EXTRA_PAGES_R] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
                 if checks != 0 and out != O_MISSING:
@@ -231,12 +246,13 @@ def events_kernel(ts, op, obj, tier, nbytes, ntokens, scope, kind, a, b, row0, t
 
 
 @njit(nogil=True)
-def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flush_ns, lba_seq, lba_prev,
-                  w_pages, hit):
+def lose_inflight(log, media, k_end, at_ns, flush_ns, hit):
     """Undo the units of the log's first ``k_end`` write ops that had arrived by ``at_ns`` but were not on the
-    media then. The units of one op reach the media in order, evenly spread from its arrival to its
-    completion (the device reports one completion per op), and ``flush_ns`` later with a volatile buffer.
-    ``hit[w]`` gets the units of write ``w`` lost. Returns (ops hit, units lost)."""
+    media then (``log``: FaultLog, ``media``: Media). The units of one op reach the media in order, evenly
+    spread from its arrival to its completion (the device reports one completion per op), and ``flush_ns``
+    later with a volatile buffer. ``hit[w]`` gets the units of write ``w`` lost. Returns (ops hit, units lost)."""
+    lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done = log.op, log.lba, log.npages, log.w, log.arr, log.done
+    lba_seq, lba_prev = media.lba_seq, media.lba_prev
     n_ops = 0
     n_pages = 0
     for k in range(k_end):
@@ -258,8 +274,11 @@ def lose_inflight(lg_op, lg_lba, lg_np, lg_w, lg_arr, lg_done, k_end, at_ns, flu
 
 
 @njit(nogil=True)
-def media_units(lg_op, lg_lba, lg_np, lg_w, k_end, lba_seq, count):
-    """``count[w]`` += the units of write ``w``'s extents (the log's first ``k_end`` ops) that hold its data."""
+def media_units(log, media, k_end, count):
+    """``count[w]`` += the units of write ``w``'s extents (the log's first ``k_end`` ops of ``log``: FaultLog)
+    that hold its data (``media``: Media)."""
+    lg_op, lg_lba, lg_np, lg_w = log.op, log.lba, log.npages, log.w
+    lba_seq = media.lba_seq
     for k in range(k_end):
         if lg_op[k] != OP_WRITE:
             continue

@@ -18,7 +18,7 @@ sized.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 from devicemodels.jit import njit
@@ -39,10 +39,55 @@ SCAN_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes")
 AC_N = 18
 
 
+class ScanEvents(NamedTuple):
+    """The n events of one batch that act on the replayed tier (read-only)."""
+
+    ts: np.ndarray  # int64[n]      ts_ns: trace time (ns)
+    obj: np.ndarray  # uint64[n]    obj_id
+    act: np.ndarray  # int8[n]      action on the tier (layout.actions A_WRITE, A_READ, A_FREE, A_DROP)
+    nbytes: np.ndarray  # int64[n]  bytes of the object
+    pages: np.ndarray  # int32[n]   its mapping units (with the contract's header)
+
+
+class ScanTable(NamedTuple):
+    """The live objects of the tier: an :class:`~kvreplay.layout.objtable.ObjTable` (S slots) and its columns.
+    A grow gives it new arrays, so the tuple is made again after one."""
+
+    kv: np.ndarray  # int64[2 * S, 2]   the id -> slot map (objtable: key, slot)
+    meta: np.ndarray  # int64[3]        its counters (objtable M_*)
+    free: np.ndarray  # int32[S]        its free-slot stack
+    c_pages: np.ndarray  # int32[S]     mapping units of the slot's live copy
+    c_bytes: np.ndarray  # int64[S]     its bytes
+    c_wseq: np.ndarray  # int64[S]      the write that made it (index into ScanOut.life)
+    c_birth: np.ndarray  # int64[S]     its birth on the lifetime clock (record_future only)
+
+
+class ScanOut(NamedTuple):
+    """What the scan counts; carried across batches (W: writes with room, T: seconds of trace time)."""
+
+    acc: np.ndarray  # int64[AC_N]      counters and peaks (AC_* slots)
+    life: np.ndarray  # int64[W]        per write: clock ticks until it died, -1 = still live (record only)
+    wpages: np.ndarray  # int32[W]      per write: its mapping units (record only)
+    per_sec: np.ndarray  # int64[T]     bytes written per second of trace time (from t_first)
+
+
+class ScanConfig(NamedTuple):
+    """Scalars of a scan."""
+
+    record: bool  # record every write's lifetime and units (an offline hint policy needs the future)
+    clock_bytes: bool  # lifetimes in bytes written to the tier (else in trace ns)
+    t_first: int  # ts_ns of the trace's first event
+
+
 @njit(nogil=True)
-def _scan_kernel(start, ts, obj, act, nbytes, pages, kv, meta, free, c_pages, c_bytes, c_wseq, c_birth,
-                 acc, life, wpages, record, clock_bytes, per_sec, t_first):
-    """Events [start, ...); returns where it stopped (len(act) = done, else the table must grow)."""
+def _scan_kernel(start, ev, tab, out, cfg):
+    """Events [start, ...) of ``ev`` (ScanEvents) into ``tab`` (ScanTable) and ``out`` (ScanOut); returns where
+    it stopped (len(act) = done, else the table must grow)."""
+    ts, obj, act, nbytes, pages = ev.ts, ev.obj, ev.act, ev.nbytes, ev.pages
+    kv, meta, free = tab.kv, tab.meta, tab.free
+    c_pages, c_bytes, c_wseq, c_birth = tab.c_pages, tab.c_bytes, tab.c_wseq, tab.c_birth
+    acc, life, wpages, per_sec = out.acc, out.life, out.wpages, out.per_sec
+    record, clock_bytes, t_first = cfg.record, cfg.clock_bytes, cfg.t_first
     for i in range(start, len(act)):
         a = act[i]
         if a == A_WRITE:
@@ -104,6 +149,12 @@ def _scan_kernel(start, ts, obj, act, nbytes, pages, kv, meta, free, c_pages, c_
     return len(act)
 
 
+def _table(table: ObjTable) -> ScanTable:
+    c = table.cols
+    return ScanTable(kv=table.kv, meta=table.meta, free=table.free, c_pages=c["pages"], c_bytes=c["bytes"],
+                     c_wseq=c["wseq"], c_birth=c["birth"])
+
+
 @dataclass
 class ScanResult:
     tier: str
@@ -161,6 +212,7 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
     tier_counts = np.zeros(len(S.TIERS), np.int64)
     per_sec = np.zeros(1024, np.int64)
     res = ScanResult(tier=S.TIERS[tier], page_bytes=page_bytes)
+    cfg = ScanConfig(record=record_future, clock_bytes=clock == "bytes", t_first=0)  # t_first: set below
     first = True
     if check is not None:
         batches = check.checked(reader.iter_batches(tuple(dict.fromkeys(SCAN_COLUMNS + check.columns))))
@@ -172,6 +224,7 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
             continue
         if first:
             res.t_first_ns = int(b["ts_ns"][0])
+            cfg = cfg._replace(t_first=res.t_first_ns)
             first = False
         res.t_last_ns = int(b["ts_ns"][-1])
         res.rows += n
@@ -192,11 +245,11 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
                 new = max(need, len(life) * 3 // 2)
                 life = np.concatenate([life, np.zeros(new - len(life), np.int64)])
                 wpages = np.concatenate([wpages, np.zeros(new - len(wpages), np.int32)])
+        ev = ScanEvents(ts=ts, obj=obj, act=a, nbytes=nb, pages=pg)
+        out = ScanOut(acc=acc, life=life, wpages=wpages, per_sec=per_sec)  # life, wpages, per_sec may be new
         i = 0
         while True:
-            i = _scan_kernel(i, ts, obj, a, nb, pg, table.kv, table.meta, table.free,
-                             table.cols["pages"], table.cols["bytes"], table.cols["wseq"], table.cols["birth"], acc,
-                             life, wpages, record_future, clock == "bytes", per_sec, res.t_first_ns)
+            i = _scan_kernel(i, ev, _table(table), out, cfg)
             if i == len(a):
                 break
             table.grow()

@@ -24,8 +24,9 @@ class VersionDrift(Fault):
     def apply(self, state) -> dict:
         names = state.scope_names
         codes = None if not self.p.scope else [names.index(self.p.scope)] if self.p.scope in names else []
+        scope_ver = state.ver.scope_ver  # changed in place: the kernel's state holds this array
         if codes is None:
-            state.scope_ver += 1
+            scope_ver += 1
         else:
-            state.scope_ver[codes] += 1
-        return {"scopes_updated": len(state.scope_ver) if codes is None else len(codes)}
+            scope_ver[codes] += 1
+        return {"scopes_updated": len(scope_ver) if codes is None else len(codes)}
