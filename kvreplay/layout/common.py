@@ -21,6 +21,8 @@ latency of the KV store's own reads.
 Kernels and helpers here are compiled with :func:`devicemodels.jit.kernel` (no reference
 counting): with numba's refcounting, every array handed to a helper costs runtime calls, which
 made the shared helpers below (and the kernels) measurably slower; without it they are free.
+The helpers that work on whole objects take the kernels' state as one
+:class:`~kvreplay.layout.state.ObjectState` (built by :meth:`LayoutState.arrays` for every call).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from devicemodels.base import OP_READ
 from devicemodels.jit import kernel
 from kvreplay.layout.actions import A_FREE, A_WRITE
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
+from kvreplay.layout.state import LayoutEvents, ObjectState
 from kvbed.core.registry import Registry
 
 #: the layouts, by name; :func:`kvreplay.layout.layout_for` picks the one a device's namespace needs
@@ -116,6 +119,12 @@ class LayoutState:
         self.st[ST_LRU_TAIL] = -1
         self.lc = np.zeros(len(COUNTER_NAMES), np.int64)
 
+    def arrays(self) -> ObjectState:
+        """The arrays as the kernels take them; build anew for every kernel call (a grow replaces arrays)."""
+        o = self.objs
+        return ObjectState(kv=o.kv, meta=o.meta, free=o.free, oc=o.cols["oc"], okey=o.cols["okey"],
+                           ex=self.ex, exfree=self.exfree, st=self.st, lc=self.lc)
+
     def ex_room(self) -> int:
         return len(self.ex) - int(self.st[ST_EX_HIGH]) + int(self.st[ST_EX_NFREE])
 
@@ -164,7 +173,9 @@ def emit(ob, n, op, lba, npages, pid, ev, src):
 
 
 @kernel
-def ex_new(ex, exfree, st, lba, length):
+def ex_new(objs, lba, length):
+    """A new extent (a released one if any) of ``length`` units at ``lba``, chained to nothing."""
+    ex, exfree, st = objs.ex, objs.exfree, objs.st
     if st[ST_EX_NFREE] > 0:
         st[ST_EX_NFREE] -= 1
         e = exfree[st[ST_EX_NFREE]]
@@ -178,7 +189,8 @@ def ex_new(ex, exfree, st, lba, length):
 
 
 @kernel(inline="always")
-def ex_release(ex, exfree, st, e):
+def ex_release(objs, e):
+    exfree, st = objs.exfree, objs.st
     exfree[st[ST_EX_NFREE]] = e
     st[ST_EX_NFREE] += 1
 
@@ -212,8 +224,9 @@ def lru_push(oc, st, s):
 
 
 @kernel
-def emit_extents(ob, n, oc, ex, s, op, pid, ev, src):
+def emit_extents(objs, ob, n, s, op, pid, ev, src):
     """One op per extent of object ``s``."""
+    oc, ex = objs.oc, objs.ex
     e = oc[s, OC_HEAD]
     while e >= 0:
         n = emit(ob, n, op, ex[e, EX_LBA], ex[e, EX_LEN], pid, ev, src)
@@ -239,20 +252,21 @@ def lru_touch(oc, st, s):
 
 
 @kernel(inline="always")
-def room_status(kv, meta, free, ex, st, n, cap, ob_bound, a):
+def room_status(objs, n, cap, ob_bound, a):
     """Before an event: S_BUFFER_FULL if ``ob`` may not hold its ops, S_GROW if a write may not
     find an extent or a table slot, else -1 (go on)."""
     if n + ob_bound > cap:
         return S_BUFFER_FULL
-    if a == A_WRITE and (ex_room(ex, st) < ob_bound or ot_full(kv, meta, free)):
+    if a == A_WRITE and (ex_room(objs.ex, objs.st) < ob_bound or ot_full(objs.kv, objs.meta, objs.free)):
         return S_GROW
     return -1
 
 
 @kernel(inline="always")
-def new_obj(kv, meta, free, oc, okey, key, npages, cls):
+def new_obj(objs, key, npages, cls):
     """Insert ``key`` (not resident) as an object of ``npages`` in class ``cls``; returns its slot."""
-    s, _ = ot_insert(kv, meta, free, key)
+    oc, okey = objs.oc, objs.okey
+    s, _ = ot_insert(objs.kv, objs.meta, objs.free, key)
     okey[s] = key
     oc[s, OC_NPAGES] = npages
     oc[s, OC_CLS] = cls
@@ -260,8 +274,9 @@ def new_obj(kv, meta, free, oc, okey, key, npages, cls):
 
 
 @kernel(inline="always")
-def note_written(oc, st, lc, s, npages):
+def note_written(objs, s, npages):
     """A write of object ``s`` has been placed: it becomes the most recently used resident."""
+    oc, st, lc = objs.oc, objs.st, objs.lc
     lru_push(oc, st, s)
     st[ST_RES_PAGES] += npages
     st[ST_RES_OBJS] += 1
@@ -272,25 +287,27 @@ def note_written(oc, st, lc, s, npages):
 
 
 @kernel(inline="always")
-def forget_obj(kv, meta, free, oc, okey, st, s):
+def forget_obj(objs, s):
     """Drop object ``s`` (its extents already released) from the resident list and the table."""
+    oc, st = objs.oc, objs.st
     st[ST_RES_PAGES] -= oc[s, OC_NPAGES]
     st[ST_RES_OBJS] -= 1
     oc[s, OC_HEAD] = -1
     lru_unlink(oc, st, s)
-    ot_remove(kv, meta, free, okey[s])
+    ot_remove(objs.kv, objs.meta, objs.free, objs.okey[s])
 
 
 @kernel(inline="always")
-def read_obj(kv, oc, ex, st, lc, ob, n, key, ev, lru):
+def read_obj(objs, ob, n, key, ev, lru):
     """A read event: one read op per extent of a resident object (LRU: it becomes the most
     recently used), a miss counted otherwise. Returns the op count."""
-    s = ot_find(kv, key)
+    oc, st, lc = objs.oc, objs.st, objs.lc
+    s = ot_find(objs.kv, key)
     if s < 0:
         lc[LC_READ_MISSES] += 1
         return n
     n0 = n
-    n = emit_extents(ob, n, oc, ex, s, OP_READ, 0, ev, SRC_USER)
+    n = emit_extents(objs, ob, n, s, OP_READ, 0, ev, SRC_USER)
     lc[LC_OPS_READ] += n - n0
     lc[LC_READS] += 1
     lc[LC_READ_PAGES] += oc[s, OC_NPAGES]
@@ -300,10 +317,11 @@ def read_obj(kv, oc, ex, st, lc, ob, n, key, ev, lru):
 
 
 @kernel(inline="always")
-def find_freed(kv, oc, lc, key, a):
+def find_freed(objs, key, a):
     """A free/drop event: the slot of the object to free (counted), or -1 (a free of an object
     that is not resident counts as a miss; a drop does not)."""
-    s = ot_find(kv, key)
+    oc, lc = objs.oc, objs.lc
+    s = ot_find(objs.kv, key)
     if s < 0:
         if a == A_FREE:
             lc[LC_FREE_MISSES] += 1
@@ -348,14 +366,15 @@ class ObjectLayout:
         """Layout-specific entries of result.json's job (besides ``layout``), from ``stats()``."""
         return {}
 
-    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
+    def _kernel(self, events: LayoutEvents, start, end, ob, ob_bound):
         """One kernel call over tier events [start, end); returns (next event, ops, status)."""
         raise NotImplementedError
 
     def run(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
         """Process tier events [start, end) into ``ob``; returns (next event, ops, status)."""
+        events = LayoutEvents(obj=ev_obj, act=ev_act, pages=ev_pages, pid=ev_pid, cls=ev_cls)
         while True:
-            res = self._kernel(ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound)
+            res = self._kernel(events, start, end, ob, ob_bound)
             if res[2] != S_GROW or res[1]:
                 return res
             self.state.grow(ob_bound)  # nothing emitted yet: grow and retry from the same event

@@ -58,6 +58,7 @@ from kvreplay.layout.common import (
     room_status,
 )
 from kvreplay.layout.objtable import ot_find
+from kvreplay.layout.state import ExtentConfig, new_free_map
 
 _FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ONE = np.uint64(1)
@@ -95,8 +96,9 @@ def _bits_clear(bitmap, lba, length):
 
 
 @kernel
-def _alloc(bitmap, st, ex, exfree, oc, s, need):
+def _alloc(objs, fm, s, need):
     """Take ``need`` free units next-fit from the cursor; chain the runs as extents of object ``s``."""
+    bitmap, st, ex, oc = fm.bitmap, objs.st, objs.ex, objs.oc
     nw = len(bitmap)
     w = st[ST_CURSOR]
     remaining = need
@@ -118,7 +120,7 @@ def _alloc(bitmap, st, ex, exfree, oc, s, need):
             if tail >= 0 and ex[tail, EX_LBA] + ex[tail, EX_LEN] == p:
                 ex[tail, EX_LEN] += take
             else:
-                e = ex_new(ex, exfree, st, p, take)
+                e = ex_new(objs, p, take)
                 if tail >= 0:
                     ex[tail, EX_NEXT] = e
                 else:
@@ -135,7 +137,9 @@ def _alloc(bitmap, st, ex, exfree, oc, s, need):
 
 
 @kernel
-def _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, ev, src):
+def _free_obj(objs, fm, ob, n, s, ev, src):
+    """Deallocate object ``s``: one TRIM per extent, its units free in the bitmap, the object forgotten."""
+    oc, ex, st, bitmap = objs.oc, objs.ex, objs.st, fm.bitmap
     e = oc[s, OC_HEAD]
     while e >= 0:
         lba = ex[e, EX_LBA]
@@ -143,36 +147,40 @@ def _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, ev, sr
         n = emit(ob, n, OP_TRIM, lba, ln, 0, ev, src)
         _bits_clear(bitmap, lba, ln)
         nxt = ex[e, EX_NEXT]
-        ex_release(ex, exfree, st, e)
+        ex_release(objs, e)
         e = nxt
     st[ST_FREE_PAGES] += oc[s, OC_NPAGES]
-    forget_obj(kv, meta, free, oc, okey, st, s)
+    forget_obj(objs, s)
     return n
 
 
 @kernel(nogil=True)
-def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
-                  kv, meta, free, oc, okey, ex, exfree, bitmap, st, lc,
-                  ob, ob_bound, total_pages, lru, in_place):
-    """Map tier events [start, end) to ops. Returns (next event, ops emitted, status)."""
+def extent_kernel(events, start, end, objs, fm, cfg, ob, ob_bound):
+    """Map tier events [start, end) to ops. Returns (next event, ops emitted, status).
+
+    ``events``: LayoutEvents, ``objs``: ObjectState, ``fm``: FreeMap, ``cfg``: ExtentConfig
+    (kvreplay.layout.state); ``ob``: the (OB_ROWS, capacity) op buffer, ``ob_bound``: ops one event may emit."""
+    ev_obj, ev_act, ev_pages, ev_pid = events.obj, events.act, events.pages, events.pid
+    oc, st, lc = objs.oc, objs.st, objs.lc
+    total_pages, lru, in_place = cfg.total_pages, cfg.lru, cfg.in_place
     n = 0
     cap = ob.shape[1]
     i = start
     while i < end:
         a = ev_act[i]
         key = ev_obj[i]
-        stop = room_status(kv, meta, free, ex, st, n, cap, ob_bound, a)
+        stop = room_status(objs, n, cap, ob_bound, a)
         if stop >= 0:
             return i, n, stop
         if a == A_WRITE:
             need = ev_pages[i]
             pid = ev_pid[i]
-            s = ot_find(kv, key)
+            s = ot_find(objs.kv, key)
             if s >= 0:
                 lc[LC_REWRITES] += 1
                 if in_place and oc[s, OC_NPAGES] == need:
                     n0 = n
-                    n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
+                    n = emit_extents(objs, ob, n, s, OP_WRITE, pid, i, SRC_USER)
                     lc[LC_OPS_WRITE] += n - n0
                     oc[s, OC_CLS] = pid
                     lru_touch(oc, st, s)
@@ -181,7 +189,7 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
                     i += 1
                     continue
                 n0 = n
-                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, i, SRC_USER)
+                n = _free_obj(objs, fm, ob, n, s, i, SRC_USER)
                 lc[LC_OPS_TRIM] += n - n0
             if need > total_pages:
                 return i, n, S_TOO_BIG
@@ -192,21 +200,21 @@ def extent_kernel(ev_obj, ev_act, ev_pages, ev_pid, start, end,
                 lc[LC_FORCED] += 1
                 lc[LC_FORCED_PAGES] += oc[v, OC_NPAGES]
                 n0 = n
-                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, v, ob, n, i, SRC_EVICT)
+                n = _free_obj(objs, fm, ob, n, v, i, SRC_EVICT)
                 lc[LC_OPS_TRIM] += n - n0
-            s = new_obj(kv, meta, free, oc, okey, key, need, pid)
-            _alloc(bitmap, st, ex, exfree, oc, s, need)
-            note_written(oc, st, lc, s, need)
+            s = new_obj(objs, key, need, pid)
+            _alloc(objs, fm, s, need)
+            note_written(objs, s, need)
             n0 = n
-            n = emit_extents(ob, n, oc, ex, s, OP_WRITE, pid, i, SRC_USER)
+            n = emit_extents(objs, ob, n, s, OP_WRITE, pid, i, SRC_USER)
             lc[LC_OPS_WRITE] += n - n0
         elif a == A_READ:
-            n = read_obj(kv, oc, ex, st, lc, ob, n, key, i, lru)
+            n = read_obj(objs, ob, n, key, i, lru)
         elif a == A_FREE or a == A_DROP:
-            s = find_freed(kv, oc, lc, key, a)
+            s = find_freed(objs, key, a)
             if s >= 0:
                 n0 = n
-                n = _free_obj(kv, meta, free, oc, okey, ex, exfree, bitmap, st, s, ob, n, i, SRC_USER)
+                n = _free_obj(objs, fm, ob, n, s, i, SRC_USER)
                 lc[LC_OPS_TRIM] += n - n0
         i += 1
     return i, n, S_DONE
@@ -227,24 +235,21 @@ class ExtentLayout(ObjectLayout):
         self.lru = evict_policy == "lru"
         self.in_place = bool(rewrite_in_place)
         self.state = LayoutState()
-        nw = (self.total_pages + 63) // 64
-        self.bitmap = np.zeros(nw, np.uint64)
-        tail = nw * 64 - self.total_pages
-        if tail:  # units past the end are permanently "used"
-            self.bitmap[-1] = np.uint64(((1 << tail) - 1) << (64 - tail))
+        self.free_map = new_free_map(self.total_pages)
+        self.cfg = ExtentConfig(total_pages=self.total_pages, lru=self.lru, in_place=self.in_place)
         self.state.st[ST_FREE_PAGES] = self.total_pages
+
+    @property
+    def bitmap(self) -> np.ndarray:
+        """The free-unit bitmap (FreeMap.bitmap)."""
+        return self.free_map.bitmap
 
     def op_bound(self, max_obj_pages: int) -> int:
         """Most ops one event can emit: TRIM of the old copy, evictions' TRIMs, the writes."""
         return 4 * int(max_obj_pages) + 4
 
-    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
-        st, o = self.state, self.state.objs
-        return extent_kernel(
-            ev_obj, ev_act, ev_pages, ev_pid, start, end,
-            o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree,
-            self.bitmap, st.st, st.lc, ob, ob_bound, self.total_pages, self.lru, self.in_place,
-        )
+    def _kernel(self, events, start, end, ob, ob_bound):
+        return extent_kernel(events, start, end, self.state.arrays(), self.free_map, self.cfg, ob, ob_bound)
 
     @property
     def free_pages(self) -> int:

@@ -65,16 +65,26 @@ from kvreplay.layout.common import (
     room_status,
 )
 from kvreplay.layout.objtable import ot_find
+from kvreplay.layout.state import (
+    ZONE_STATE_NAMES,
+    ZS_RESETS,
+    ZS_STATE,
+    ZS_STREAM,
+    ZS_VALID,
+    ZS_WP,
+    Z_EMPTY,
+    Z_FULL,
+    Z_OPEN,
+    ZoneConfig,
+    grow_ext_cls,
+    new_zones,
+)
 from kvbed.core.errors import KvbedError
 
-# zone row (zs[z, k])
-ZS_WP, ZS_VALID, ZS_STATE, ZS_STREAM, ZS_RESETS = range(5)
 # Per-stream counters follow the shared ones in the layout's counter array ``lc``:
 # lc[LC_STREAM0 + SC_N * stream + SC_*] (zones opened, zones reset, pages relocated out by host GC).
 SC_OPENED, SC_RESETS, SC_RELOCATED, SC_N = range(4)
 LC_STREAM0 = len(COUNTER_NAMES)
-Z_EMPTY, Z_OPEN, Z_FULL = 0, 1, 2
-ZONE_STATE_NAMES = ("empty", "open", "full")
 # extra scalar state
 ST_Q_HEAD = ST_COMMON  # empty-zone FIFO ring
 ST_Q_COUNT = ST_COMMON + 1
@@ -98,8 +108,13 @@ def _q_push(zq, st, z):
     st[ST_Q_COUNT] += 1
 
 
+# The kernels below take the state as the NamedTuples of kvreplay.layout.state: ``objs`` (ObjectState),
+# ``zones`` (Zones), ``cfg`` (ZoneConfig); ``ob``/``n``: the op buffer and the ops in it so far,
+# ``ev``/``src``: the event index and origin (SRC_*) the ops they emit are tagged with.
+
 @kernel
-def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
+def _reset(objs, zones, cfg, ob, n, z, ev, src):
+    zone_pages, zs, st, lc = cfg.zone_pages, zones.zs, objs.st, objs.lc
     n = emit(ob, n, OP_ZONE_RESET, z * zone_pages, zone_pages, 0, ev, src)
     if zs[z, ZS_STREAM] >= 0:
         lc[LC_STREAM0 + SC_N * zs[z, ZS_STREAM] + SC_RESETS] += 1
@@ -108,56 +123,63 @@ def _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src):
     zs[z, ZS_STATE] = Z_EMPTY
     zs[z, ZS_STREAM] = -1
     zs[z, ZS_RESETS] += 1
-    _q_push(zq, st, z)
+    _q_push(zones.zq, st, z)
     lc[LC_ZONE_RESETS] += 1
     lc[LC_OPS_RESET] += 1
     return n
 
 
 @kernel
-def _invalidate(zs, zq, owner, st, lc, ob, n, lba, ln, zone_pages, cap, ev, src):
+def _invalidate(objs, zones, cfg, ob, n, e, ev, src):
+    """The units of extent ``e`` become invalid; a full zone left without valid units is reset."""
+    zone_pages, cap, zs, owner = cfg.zone_pages, cfg.cap, zones.zs, zones.owner
+    lba = objs.ex[e, EX_LBA]
+    ln = objs.ex[e, EX_LEN]
     z = lba // zone_pages
     off = lba - z * zone_pages
     for k in range(z * cap + off, z * cap + off + ln):
         owner[k] = -1
     zs[z, ZS_VALID] -= ln
     if zs[z, ZS_VALID] == 0 and zs[z, ZS_STATE] == Z_FULL:
-        n = _reset(zs, zq, st, lc, ob, n, z, zone_pages, ev, src)
+        n = _reset(objs, zones, cfg, ob, n, z, ev, src)
     return n
 
 
 @kernel
-def _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s, zone_pages, cap, ev, src):
+def _drop_obj(objs, zones, cfg, ob, n, s, ev, src):
     """Forget object ``s``: its units become invalid, emptied full zones are reset."""
-    e = oc[s, OC_HEAD]
+    ex = objs.ex
+    e = objs.oc[s, OC_HEAD]
     while e >= 0:
-        n = _invalidate(zs, zq, owner, st, lc, ob, n, ex[e, EX_LBA], ex[e, EX_LEN], zone_pages, cap, ev, src)
+        n = _invalidate(objs, zones, cfg, ob, n, e, ev, src)
         nxt = ex[e, EX_NEXT]
-        ex_release(ex, exfree, st, e)
+        ex_release(objs, e)
         e = nxt
-    forget_obj(kv, meta, free, oc, okey, st, s)
+    forget_obj(objs, s)
     return n
 
 
 @kernel
-def _open(zs, zq, st, lc, sz, stream):
-    z = _q_pop(zq, st)
+def _open(objs, zones, stream):
+    zs, lc = zones.zs, objs.lc
+    z = _q_pop(zones.zq, objs.st)
     zs[z, ZS_STATE] = Z_OPEN
     zs[z, ZS_STREAM] = stream
     zs[z, ZS_WP] = 0
-    sz[stream] = z
+    zones.sz[stream] = z
     lc[LC_ZONES_OPENED] += 1
     lc[LC_STREAM0 + SC_N * stream + SC_OPENED] += 1
     return z
 
 
 @kernel
-def _append(zs, sz, owner, ex, ob, n, stream, e, length, zone_pages, cap, ev, src):
-    """Write ``length`` units at ``stream``'s write pointer (caller made sure they fit); owner = extent e."""
+def _append(zones, cfg, stream, e, length):
+    """Place ``length`` units at ``stream``'s write pointer (caller made sure they fit); owner = extent e.
+    Returns their lba (the caller emits the write)."""
+    zone_pages, cap, zs, sz, owner = cfg.zone_pages, cfg.cap, zones.zs, zones.sz, zones.owner
     z = sz[stream]
     off = zs[z, ZS_WP]
     lba = z * zone_pages + off
-    n = emit(ob, n, OP_WRITE, lba, length, 0, ev, src)
     for k in range(z * cap + off, z * cap + off + length):
         owner[k] = e
     zs[z, ZS_WP] += length
@@ -165,7 +187,7 @@ def _append(zs, sz, owner, ex, ob, n, stream, e, length, zone_pages, cap, ev, sr
     if zs[z, ZS_WP] == cap:
         zs[z, ZS_STATE] = Z_FULL
         sz[stream] = -1
-    return n, lba
+    return lba
 
 
 @kernel
@@ -180,8 +202,12 @@ def _victim(zs):
 
 
 @kernel
-def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
+def _gc_zone(objs, zones, cfg, ob, n, victim, ev):
     """Relocate the live extents of ``victim`` to the GC stream and reset it."""
+    ex, st, lc = objs.ex, objs.st, objs.lc
+    zs, owner, sz, ext_cls = zones.zs, zones.owner, zones.sz, zones.ext_cls
+    cap, n_user, per_class = cfg.cap, cfg.n_user, cfg.per_class
+    gc_stream0 = n_user  # the GC streams follow the user streams
     base = victim * cap
     off = 0
     while off < cap:
@@ -204,16 +230,17 @@ def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream
             if sz[gs] < 0:
                 if st[ST_Q_COUNT] == 0:
                     return n, False
-                _open(zs, zq, st, lc, sz, gs)
+                _open(objs, zones, gs)
             z = sz[gs]
             take = min(rem, cap - zs[z, ZS_WP])
             if not first:  # the extent continues in a new zone: split it
-                e2 = ex_new(ex, exfree, st, 0, take)
+                e2 = ex_new(objs, 0, take)
                 ex[e2, EX_NEXT] = ex[cur, EX_NEXT]
                 ex[cur, EX_NEXT] = e2
                 ext_cls[e2] = ext_cls[e]
                 cur = e2
-            n, lba = _append(zs, sz, owner, ex, ob, n, gs, cur, take, zone_pages, cap, ev, SRC_GC)
+            lba = _append(zones, cfg, gs, cur, take)
+            n = emit(ob, n, OP_WRITE, lba, take, 0, ev, SRC_GC)
             lc[LC_OPS_WRITE] += 1
             ex[cur, EX_LBA] = lba
             ex[cur, EX_LEN] = take
@@ -223,24 +250,23 @@ def _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, victim, gc_stream
         lc[LC_STREAM0 + SC_N * zs[victim, ZS_STREAM] + SC_RELOCATED] += ln
         off += ln
     lc[LC_GC_RUNS] += 1
-    n = _reset(zs, zq, st, lc, ob, n, victim, zone_pages, ev, SRC_GC)
+    n = _reset(objs, zones, cfg, ob, n, victim, ev, SRC_GC)
     return n, True
 
 
 @kernel
-def _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz, ob, n,
-               gc_free, gc_stream0, per_class, n_user, zone_pages, cap, ev, ext_cls):
+def _make_room(objs, zones, cfg, ob, n, ev):
     """Before a user zone is opened: GC (and evict if nothing is reclaimable) so that an
     empty zone is available beyond the one held back for GC. Returns (n, ok)."""
+    oc, st, lc, zs = objs.oc, objs.st, objs.lc, zones.zs
     rounds = 0
-    while st[ST_Q_COUNT] < gc_free:
+    while st[ST_Q_COUNT] < cfg.gc_free:
         rounds += 1
         if rounds > _MAX_GC_ROUNDS:
             return n, False
         v = _victim(zs)
-        if v >= 0 and zs[v, ZS_VALID] < cap:
-            n, ok = _gc_zone(zs, zq, owner, oc, ex, exfree, st, lc, sz, ob, n, v, gc_stream0, per_class,
-                             n_user, zone_pages, cap, ev, ext_cls)
+        if v >= 0 and zs[v, ZS_VALID] < cfg.cap:
+            n, ok = _gc_zone(objs, zones, cfg, ob, n, v, ev)
             if not ok:
                 return n, False
             continue
@@ -251,51 +277,52 @@ def _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz, 
             return n, False
         lc[LC_FORCED] += 1
         lc[LC_FORCED_PAGES] += oc[s, OC_NPAGES]
-        n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
-                      zone_pages, cap, ev, SRC_EVICT)
+        n = _drop_obj(objs, zones, cfg, ob, n, s, ev, SRC_EVICT)
     return n, True
 
 
 @kernel(nogil=True)
-def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
-                kv, meta, free, oc, okey, ex, exfree, ext_cls, zs, zq, owner, sz, st, lc,
-                ob, ob_bound, zone_pages, cap, n_user, per_class, gc_free, writable_pages, lru):
-    """Map tier events [start, end) to zone ops. Returns (next event, ops emitted, status)."""
+def zone_kernel(events, start, end, objs, zones, cfg, ob, ob_bound):
+    """Map tier events [start, end) to zone ops. Returns (next event, ops emitted, status).
+
+    ``events``: LayoutEvents; ``ob``: the (OB_ROWS, capacity) op buffer, ``ob_bound``: ops one event may emit."""
+    ev_obj, ev_act, ev_pages, ev_cls = events.obj, events.act, events.pages, events.cls
+    oc, ex, st, lc = objs.oc, objs.ex, objs.st, objs.lc
+    zs, sz, ext_cls = zones.zs, zones.sz, zones.ext_cls
+    cap, n_user, writable_pages, lru = cfg.cap, cfg.n_user, cfg.writable_pages, cfg.lru
     n = 0
     ob_cap = ob.shape[1]
-    gc_stream0 = n_user
     i = start
     while i < end:
         a = ev_act[i]
         key = ev_obj[i]
-        stop = room_status(kv, meta, free, ex, st, n, ob_cap, ob_bound, a)
+        stop = room_status(objs, n, ob_cap, ob_bound, a)
         if stop >= 0:
             return i, n, stop
         if a == A_WRITE:
             need = ev_pages[i]
             c = ev_cls[i] % n_user
-            s = ot_find(kv, key)
+            s = ot_find(objs.kv, key)
             if s >= 0:  # a rewrite: zones are append-only, the old copy just dies
                 lc[LC_REWRITES] += 1
-                n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
-                              zone_pages, cap, i, SRC_USER)
+                n = _drop_obj(objs, zones, cfg, ob, n, s, i, SRC_USER)
             if need > writable_pages:
                 return i, n, S_TOO_BIG
-            s = new_obj(kv, meta, free, oc, okey, key, need, c)
+            s = new_obj(objs, key, need, c)
             oc[s, OC_HEAD] = -1
             rem = need
             while rem > 0:
                 if sz[c] < 0:
-                    n, ok = _make_room(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, sz,
-                                       ob, n, gc_free, gc_stream0, per_class, n_user, zone_pages, cap, i, ext_cls)
+                    n, ok = _make_room(objs, zones, cfg, ob, n, i)
                     if not ok or st[ST_Q_COUNT] < 2:
                         return i, n, S_NO_PROGRESS
-                    _open(zs, zq, st, lc, sz, c)
+                    _open(objs, zones, c)
                 z = sz[c]
                 take = min(rem, cap - zs[z, ZS_WP])
-                e = ex_new(ex, exfree, st, 0, take)
+                e = ex_new(objs, 0, take)
                 ext_cls[e] = c
-                n, lba = _append(zs, sz, owner, ex, ob, n, c, e, take, zone_pages, cap, i, SRC_USER)
+                lba = _append(zones, cfg, c, e, take)
+                n = emit(ob, n, OP_WRITE, lba, take, 0, i, SRC_USER)
                 lc[LC_OPS_WRITE] += 1
                 ex[e, EX_LBA] = lba
                 # chain at the end (GC may have split extents of this object meanwhile)
@@ -307,14 +334,13 @@ def zone_kernel(ev_obj, ev_act, ev_pages, ev_cls, start, end,
                         t = ex[t, EX_NEXT]
                     ex[t, EX_NEXT] = e
                 rem -= take
-            note_written(oc, st, lc, s, need)
+            note_written(objs, s, need)
         elif a == A_READ:
-            n = read_obj(kv, oc, ex, st, lc, ob, n, key, i, lru)
+            n = read_obj(objs, ob, n, key, i, lru)
         elif a == A_FREE or a == A_DROP:
-            s = find_freed(kv, oc, lc, key, a)
+            s = find_freed(objs, key, a)
             if s >= 0:
-                n = _drop_obj(kv, meta, free, oc, okey, ex, exfree, zs, zq, owner, st, lc, ob, n, s,
-                              zone_pages, cap, i, SRC_USER)
+                n = _drop_obj(objs, zones, cfg, ob, n, s, i, SRC_USER)
         i += 1
     return i, n, S_DONE
 
@@ -398,13 +424,21 @@ class ZoneLayout(ObjectLayout):
         self.lru = evict_policy == "lru"
         self.state = LayoutState(ST_N)
         self.state.lc = np.zeros(LC_STREAM0 + SC_N * self.n_streams, np.int64)
-        self.zs = np.zeros((self.n_zones, 5), np.int64)
-        self.zs[:, ZS_STREAM] = -1
-        self.zq = np.arange(self.n_zones, dtype=np.int64)
-        self.state.st[ST_Q_COUNT] = self.n_zones
-        self.owner = np.full(self.n_zones * self.cap_pages, -1, np.int32)
-        self.sz = np.full(self.n_streams, -1, np.int64)
-        self.ext_cls = np.zeros(len(self.state.ex), np.int16)
+        self.zones = new_zones(self.n_zones, self.cap_pages, self.n_streams, len(self.state.ex))
+        self.state.st[ST_Q_COUNT] = self.n_zones  # every zone is on the empty-zone ring
+        self.cfg = ZoneConfig(zone_pages=self.zone_pages, cap=self.cap_pages, n_user=self.n_user,
+                              per_class=self.per_class, gc_free=self.gc_free_zones,
+                              writable_pages=self.writable_pages, lru=self.lru)
+
+    @property
+    def zs(self) -> np.ndarray:
+        """Per-zone rows (Zones.zs: write pointer, valid units, state, stream, resets)."""
+        return self.zones.zs
+
+    @property
+    def owner(self) -> np.ndarray:
+        """Extent owning each writable unit (Zones.owner), -1 invalid."""
+        return self.zones.owner
 
     @property
     def writable_pages(self) -> int:
@@ -417,19 +451,9 @@ class ZoneLayout(ObjectLayout):
         gc = zones_touched * (3 * self.cap_pages + 2) * 2
         return 4 * int(max_obj_pages) + gc + 8
 
-    def _kernel(self, ev_obj, ev_act, ev_pages, ev_pid, ev_cls, start, end, ob, ob_bound):
-        st, o = self.state, self.state.objs
-        if len(self.ext_cls) < len(st.ex):
-            grown = np.zeros(len(st.ex), np.int16)
-            grown[: len(self.ext_cls)] = self.ext_cls
-            self.ext_cls = grown
-        return zone_kernel(
-            ev_obj, ev_act, ev_pages, ev_cls, start, end,
-            o.kv, o.meta, o.free, o.cols["oc"], o.cols["okey"], st.ex, st.exfree, self.ext_cls,
-            self.zs, self.zq, self.owner, self.sz, st.st, st.lc, ob, ob_bound,
-            self.zone_pages, self.cap_pages, self.n_user, self.per_class, self.gc_free_zones,
-            self.writable_pages, self.lru,
-        )
+    def _kernel(self, events, start, end, ob, ob_bound):
+        self.zones = grow_ext_cls(self.zones, len(self.state.ex))
+        return zone_kernel(events, start, end, self.state.arrays(), self.zones, self.cfg, ob, ob_bound)
 
     def host_waf(self) -> float:
         c = self.counters()
