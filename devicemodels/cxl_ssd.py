@@ -27,7 +27,7 @@ and one SSD is one device (``interleave_ways`` must be 1).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,21 +52,58 @@ _W, _R, _T, _RH, _RM, _WH, _WM, _WB, _FILL, _WAIT = range(10)
 H_READ_HIT, H_READ_MISS = len(OP_NAMES), len(OP_NAMES) + 1
 
 
+class CxlSsdState(NamedTuple):
+    """The CXL side's clocks, counters and latency histograms; they persist across batches (``reset_counters``
+    zeroes them). The cache's own state is :mod:`devicemodels.cache_policies`' (``CxlSsdDevice.cs``)."""
+
+    free: np.ndarray  # int64[memory.DEV_BASE + memory.DEV_SLOTS]  next-free time (ns) of each link/media resource
+    busy: np.ndarray  # int64[memory.DEV_BASE + memory.DEV_SLOTS]  busy ns of each resource (same layout)
+    dev_bytes: np.ndarray  # int64[2]  bytes moved to and from the device: read, write
+    ctr: np.ndarray  # int64[len(CS_COUNTER_NAMES)]  counters (columns _W ... _WAIT)
+    hist: np.ndarray  # int64[len(OP_NAMES) + 2, histogram.NSLOTS]  latency per op type, then H_READ_HIT/_MISS
+
+
+class HostOps(NamedTuple):
+    """One batch of n host ops: the contract's columns (read-only) and what the two kernels find for each."""
+
+    op: np.ndarray  # int8[n]      op code (OP_READ, OP_WRITE, OP_TRIM)
+    lba: np.ndarray  # int64[n]    first flash page
+    npages: np.ndarray  # int32[n] pages
+    arrival: np.ndarray  # int64[n] arrival time (ns)
+    link_done: np.ndarray  # int64[n] cache_pass: transfer done + load_ns/store_ns (TRIM: its arrival)
+    all_hit: np.ndarray  # uint8[n]   cache_pass: 1 if every unit the op touched hit the cache
+    done: np.ndarray  # int64[n]      finish_pass: completion time (ns)
+
+
+class FlashWork(NamedTuple):
+    """The flash ops the cache emits for the backing ``conv`` device, in emission order; ``cap`` is a bound on
+    their number (a fill and a write-back per unit touched, one op per TRIM), the first ``nf`` are used."""
+
+    op: np.ndarray  # int8[cap]     OP_READ (fill), OP_WRITE (write-back) or OP_TRIM
+    lba: np.ndarray  # int64[cap]   first flash page
+    npages: np.ndarray  # int32[cap] pages
+    arrival: np.ndarray  # int64[cap] arrival time: that of the host op that caused it (ns)
+    parent: np.ndarray  # int64[cap]  host op that caused it (-1: a write-back); its op waits for it if a fill
+    done: np.ndarray  # int64[cap]    completion time from the flash (set between the two kernels)
+
+
 @kernel(inline="always")
-def _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, o, x, n, t, parent):
-    f_op[nf] = o
-    f_lba[nf] = x
-    f_np[nf] = n
-    f_arr[nf] = t
-    f_parent[nf] = parent
+def _emit(fw, nf, o, x, n, t, parent):
+    fw.op[nf] = o
+    fw.lba[nf] = x
+    fw.npages[nf] = n
+    fw.arrival[nf] = t
+    fw.parent[nf] = parent
     return nf + 1
 
 
 @kernel
-def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival, link_done, all_hit,
-               f_op, f_lba, f_np, f_arr, f_parent):
+def cache_pass(cg, cs, mg, st, host, fw):
     """Phase 1: cache and CXL timing for every op; returns the number of flash ops emitted, or -1 - i when op i
     met a cache policy code the kernel does not dispatch."""
+    free, busy, dev_bytes, ctr = st.free, st.busy, st.dev_bytes, st.ctr
+    op, lba, npages, arrival = host.op, host.lba, host.npages, host.arrival
+    link_done, all_hit = host.link_done, host.all_hit
     nf = 0
     k = cg.unit_pages
     for i in range(op.shape[0]):
@@ -82,7 +119,7 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
                     if cs.tags[w] == u:
                         cs.tags[w] = -1
                         cs.dirty[w] = 0
-            nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_TRIM, x0, n, t, i)
+            nf = _emit(fw, nf, OP_TRIM, x0, n, t, i)
             ctr[_T] += n
             link_done[i] = t
             continue
@@ -127,10 +164,10 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
                 if w < 0:
                     return -1 - i
                 if cs.dirty[w]:
-                    nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_WRITE, cs.tags[w] * k, k, t, -1)
+                    nf = _emit(fw, nf, OP_WRITE, cs.tags[w] * k, k, t, -1)
                     ctr[_WB] += 1
             if not wr or x0 > u * k or x0 + n < (u + 1) * k:  # a read, or a write of part of the unit
-                nf = _emit(f_op, f_lba, f_np, f_arr, f_parent, nf, OP_READ, u * k, k, t, i)
+                nf = _emit(fw, nf, OP_READ, u * k, k, t, i)
                 ctr[_FILL] += 1
             cs.tags[w] = u
             cs.dirty[w] = 1 if wr else 0
@@ -147,8 +184,11 @@ def cache_pass(cg, cs, mg, free, busy, dev_bytes, ctr, op, lba, npages, arrival,
 
 
 @kernel
-def finish_pass(mg, op, arrival, link_done, all_hit, f_op, f_parent, f_done, nf, done, hist):
-    """Phase 3: an op is done when its transfer and its slowest fill are; latencies into the histograms."""
+def finish_pass(mg, st, host, fw, nf):
+    """Phase 3: an op is done when its transfer and its slowest fill (of the ``nf`` flash ops) are; latencies
+    into the histograms."""
+    op, arrival, link_done, all_hit, done = host.op, host.arrival, host.link_done, host.all_hit, host.done
+    f_op, f_parent, f_done, hist = fw.op, fw.parent, fw.done, st.hist
     for i in range(op.shape[0]):
         done[i] = link_done[i]
     for j in range(nf):
@@ -185,11 +225,9 @@ class CxlSsdDevice(DeviceModel):
         self.cg, self.cs = P.build(self.cache.cache_policy, units // self.cache.cache_ways, self.cache.cache_ways,
                                    self.unit_bytes // pb)
         self.mg = cxl_geo(self.cxl)._replace(page_bytes=pb)
-        self.free = new_slots(1)
-        self.busy = new_slots(1)
-        self.dev_bytes = np.zeros(2, np.int64)
-        self.ctr = np.zeros(len(CS_COUNTER_NAMES), np.int64)
-        self.hist = histogram.new_rows(len(OP_NAMES) + 2)
+        self.state = CxlSsdState(free=new_slots(1), busy=new_slots(1), dev_bytes=np.zeros(2, np.int64),
+                                 ctr=np.zeros(len(CS_COUNTER_NAMES), np.int64),
+                                 hist=histogram.new_rows(len(OP_NAMES) + 2))
 
     @property
     def page_bytes(self) -> int:
@@ -210,29 +248,24 @@ class CxlSsdDevice(DeviceModel):
         data = op != OP_TRIM
         units = (lba[data] + npages[data] - 1) // k - lba[data] // k + 1
         cap = int(2 * units.sum()) + int(n - data.sum())  # a fill and a write-back per unit, one op per TRIM
-        f_op = np.empty(cap, np.int8)
-        f_lba = np.empty(cap, np.int64)
-        f_np = np.empty(cap, np.int32)
-        f_arr = np.empty(cap, np.int64)
-        f_parent = np.empty(cap, np.int64)
-        link_done = np.empty(n, np.int64)
-        all_hit = np.empty(n, np.uint8)
-        nf = cache_pass(self.cg, self.cs, self.mg, self.free, self.busy, self.dev_bytes, self.ctr, op, lba, npages,
-                        arrival, link_done, all_hit, f_op, f_lba, f_np, f_arr, f_parent)
+        fw = FlashWork(op=np.empty(cap, np.int8), lba=np.empty(cap, np.int64), npages=np.empty(cap, np.int32),
+                       arrival=np.empty(cap, np.int64), parent=np.empty(cap, np.int64), done=np.empty(cap, np.int64))
+        host = HostOps(op, lba, npages, arrival, link_done=np.empty(n, np.int64), all_hit=np.empty(n, np.uint8),
+                       done=done)
+        nf = cache_pass(self.cg, self.cs, self.mg, self.state, host, fw)
         if nf < 0:
             known = ", ".join(f"{m}={P.CACHE_POLICIES.get(m).code}" for m in P.CACHE_POLICIES.names())
             raise KvbedError(f"cache policy code {self.cg.policy} is not one the cache kernel dispatches "
                              f"(registered: {known})", where=f"{self.name} op {-1 - nf}")
-        f_done = np.zeros(nf, np.int64)
         if nf:
-            f_done = self.backend.submit({"op": f_op[:nf], "lba": f_lba[:nf], "npages": f_np[:nf],
-                                          "pid": np.zeros(nf, np.int16), "arrival_ns": f_arr[:nf]}).done_ns
-        finish_pass(self.mg, op, arrival, link_done, all_hit, f_op, f_parent, f_done, nf, done, self.hist)
+            fw.done[:nf] = self.backend.submit({"op": fw.op[:nf], "lba": fw.lba[:nf], "npages": fw.npages[:nf],
+                                                "pid": np.zeros(nf, np.int16), "arrival_ns": fw.arrival[:nf]}).done_ns
+        finish_pass(self.mg, self.state, host, fw, nf)
         return Completion(done_ns=done, lba=np.full(n, -1, np.int64))
 
     def counters(self) -> dict[str, int]:
-        out = dict(zip(CS_COUNTER_NAMES, self.ctr.tolist()))
-        out.update(busy_totals(self.busy, 1))
+        out = dict(zip(CS_COUNTER_NAMES, self.state.ctr.tolist()))
+        out.update(busy_totals(self.state.busy, 1))
         b = self.backend.counters()
         out["media_pages_written"] = b["media_pages_written"]
         out["flash_pages_written"] = b["host_pages_written"]
@@ -246,9 +279,10 @@ class CxlSsdDevice(DeviceModel):
 
     def reset_counters(self) -> None:
         """Zero counters, histograms and clocks (the cache's contents and the flash's state stay)."""
-        for a in (self.ctr, self.free, self.busy, self.dev_bytes):
+        st = self.state
+        for a in (st.ctr, st.free, st.busy, st.dev_bytes):
             a[:] = 0
-        clear_rows(self.hist)
+        clear_rows(st.hist)
         self.backend.reset_counters()
 
     def precondition(self, fill_ratio: float, *, overwrite_x: float = 0.0, seed: int = 0) -> dict[str, Any]:
@@ -256,7 +290,7 @@ class CxlSsdDevice(DeviceModel):
         return self.backend.precondition(fill_ratio, overwrite_x=overwrite_x, seed=seed)
 
     def _hist_entry(self, row: int) -> dict[str, Any]:
-        h = LatencyHistogram(self.hist[row])
+        h = LatencyHistogram(self.state.hist[row])
         return {"ios": h.n, "lat_ns": h.to_dict()}
 
     def cache_stats(self, c: dict[str, int]) -> dict[str, Any]:
@@ -290,9 +324,10 @@ class CxlSsdDevice(DeviceModel):
             "media_bytes_written": c["media_pages_written"] * pb,
             "cache": self.cache_stats(c),
             "counters": c,
-            "latency": latency_by_op(self.hist, pb, {"read": c["host_pages_read"], "write": c["host_pages_written"],
-                                                      "trim": c["host_pages_trimmed"]}),
-            "resources": resource_stats(self.mg, self.busy, self.dev_bytes),
+            "latency": latency_by_op(self.state.hist, pb, {"read": c["host_pages_read"],
+                                                            "write": c["host_pages_written"],
+                                                            "trim": c["host_pages_trimmed"]}),
+            "resources": resource_stats(self.mg, self.state.busy, self.state.dev_bytes),
             # GC and wear are the NAND backend's, at top level as on every flash device
             "gc": flash["gc"],
             "wear": flash["wear"],

@@ -23,6 +23,7 @@ Knows: the past only - reuse events of every tier up to the write.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,10 +53,54 @@ def _decayed(score, last, now, half_life):
     return score * 2.0 ** (-(now - last) / half_life)
 
 
+class HotEvents(NamedTuple):
+    """One batch of trace events, n of them (read-only in the kernel)."""
+
+    op: np.ndarray  # int8[n]      schema op code
+    obj: np.ndarray  # uint64[n]   object id
+    parent: np.ndarray  # uint64[n] parent_id: the previous chunk of the prefix, or a transform's source (0: none)
+    ts: np.ndarray  # int64[n]     trace time (ns)
+    actions: np.ndarray  # int8[n] what the event does on the replayed tier (kvreplay.layout.actions A_*)
+
+
+class HotObjects(NamedTuple):
+    """The objects seen and not yet deleted: an :class:`ObjTable` (``kv, meta, free``) and its columns, per slot
+    (``cap`` slots; the Python side grows the table and rebuilds the tuple when the kernel asks)."""
+
+    kv: np.ndarray  # int64[2 cap or more, 2] object id -> slot map (ObjTable.kv)
+    meta: np.ndarray  # int64[3]     table counters (ObjTable.meta)
+    free: np.ndarray  # int32[cap]   free-slot stack (ObjTable.free)
+    score: np.ndarray  # float64[cap] reuse score at time ``last`` (decays from there)
+    last: np.ndarray  # int64[cap]   trace time (ns) the score was last updated
+
+
+class HotRanking(NamedTuple):
+    """The running quantiles of the ranked values (:mod:`kvreplay.hints.quantiles`)."""
+
+    hist: np.ndarray  # float64[quantiles.NBINS] histogram of the values log2(1 + score) of past writes
+    edges: np.ndarray  # float64[n_classes - 1]  class edges on those values
+    state: np.ndarray  # int64[2]  edges ready (0/1), writes ranked
+
+
+class HotConfig(NamedTuple):
+    """The parameters, as the kernel reads them."""
+
+    n_classes: int  # classes to give
+    half_life: float  # ns of trace time without reuse that halve a score
+    inherit: bool  # a new object starts from its parent's score
+    adaptive: bool  # classes at the running quantiles (else floor(log2(1 + score)), capped)
+    refresh: int  # move the adaptive edges every this many writes
+
+
 @kernel(nogil=True)
-def _hot_kernel(start, j, op, obj, parent, ts, actions, kv, meta, free, score, last,
-                out, n_classes, half_life, inherit, adaptive, refresh, hist, edges, state):
-    """Events [start, ...) with ``j`` writes classified so far; returns (stop, j) - stop < len: grow."""
+def _hot_kernel(start, j, ev, objs, ranking, cfg, out):
+    """Events [start, ...) with ``j`` writes classified so far, their classes into ``out`` (int16, one per
+    write); returns (stop, j) - stop < len: grow."""
+    op, obj, parent, ts, actions = ev.op, ev.obj, ev.parent, ev.ts, ev.actions
+    kv, meta, free, score, last = objs.kv, objs.meta, objs.free, objs.score, objs.last
+    hist, edges, state = ranking.hist, ranking.edges, ranking.state
+    n_classes, half_life, inherit = cfg.n_classes, cfg.half_life, cfg.inherit
+    adaptive, refresh = cfg.adaptive, cfg.refresh
     for i in range(start, len(op)):
         o = op[i]
         key = obj[i]
@@ -103,19 +148,18 @@ class HotnessHints(HintPolicy):
         if self.params.refresh < 1:
             raise KvbedError(f"--param refresh: must be >= 1, got {self.params.refresh}")
         self.table = ObjTable({"score": (np.float64, 0.0), "last": (np.int64, 0)})
-        self.hist, self.edges = new_state(self.n_classes)
-        self.state = np.zeros(2, np.int64)  # edges ready, writes ranked
+        self.ranking = HotRanking(*new_state(self.n_classes), np.zeros(2, np.int64))
 
     def _assign(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
         i, j = 0, 0
+        p = self.params
+        ev = HotEvents(batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], actions)
+        cfg = HotConfig(self.n_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive), int(p.refresh))
         while True:
             t = self.table
-            p = self.params
-            i, j = _hot_kernel(i, j, batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], actions,
-                               t.kv, t.meta, t.free, t.cols["score"], t.cols["last"],
-                               out, self.n_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive),
-                               int(p.refresh), self.hist, self.edges, self.state)
+            objs = HotObjects(t.kv, t.meta, t.free, t.cols["score"], t.cols["last"])
+            i, j = _hot_kernel(i, j, ev, objs, self.ranking, cfg, out)
             if i == batch.n:
                 return out
             t.grow()
@@ -123,7 +167,7 @@ class HotnessHints(HintPolicy):
     def describe(self):
         p = self.params
         return {"half_life_ns": p.half_life_ns, "inherit": p.inherit, "adaptive": p.adaptive,
-                "edges_log2": [float(e) for e in self.edges] if self.state[0] else [],
+                "edges_log2": [float(e) for e in self.ranking.edges] if self.ranking.state[0] else [],
                 "objects_tracked_at_end": self.table.count}
 
     def memory_bytes(self):

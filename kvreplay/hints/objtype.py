@@ -10,6 +10,8 @@ Knows: the kind and tenant of the object being written (and which pairs wrote be
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from devicemodels.jit import njit
 
@@ -18,8 +20,22 @@ from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.objtable import ObjTable, ot_full, ot_insert
 
 
+class TypePairs(NamedTuple):
+    """The (kind, tenant) pairs seen: an :class:`ObjTable` keyed by ``kind << 32 | tenant`` (``cap`` slots; the
+    Python side grows it and rebuilds the tuple when the kernel asks), each pair's class and the pair count."""
+
+    kv: np.ndarray  # int64[2 cap or more, 2] pair key -> slot map (ObjTable.kv)
+    meta: np.ndarray  # int64[3]    table counters (ObjTable.meta)
+    free: np.ndarray  # int32[cap]  free-slot stack (ObjTable.free)
+    cls: np.ndarray  # int16[cap]   class of the pair
+    seen: np.ndarray  # int64[1]    pairs seen so far (the next pair's class is seen[0] % n_classes)
+
+
 @njit(nogil=True)
-def _type_kernel(start, kind, tenant, writes, kv, meta, free, pair_cls, nxt, out, n_classes):
+def _type_kernel(start, kind, tenant, writes, pairs, out, n_classes):
+    """Writes [start, ...) (event indices ``writes`` into ``kind``/``tenant``), their classes into ``out``;
+    returns the first write not classified (< len(writes): grow the table)."""
+    kv, meta, free, pair_cls, nxt = pairs.kv, pairs.meta, pairs.free, pairs.cls, pairs.seen
     for j in range(start, len(writes)):
         i = writes[j]
         if ot_full(kv, meta, free):
@@ -41,7 +57,7 @@ class TypeHints(HintPolicy):
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
         self.pairs = ObjTable({"cls": (np.int16, 0)}, initial=64)
-        self.next = np.zeros(1, np.int64)
+        self.seen = np.zeros(1, np.int64)
 
     def _assign(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
@@ -49,11 +65,11 @@ class TypeHints(HintPolicy):
         j = 0
         while True:
             p = self.pairs
-            j = _type_kernel(j, batch["kind"], batch["tenant"], w, p.kv, p.meta, p.free, p.cols["cls"], self.next,
-                             out, self.n_classes)
+            pairs = TypePairs(p.kv, p.meta, p.free, p.cols["cls"], self.seen)
+            j = _type_kernel(j, batch["kind"], batch["tenant"], w, pairs, out, self.n_classes)
             if j == len(w):
                 return out
             p.grow()
 
     def describe(self):
-        return {"pairs_seen": int(self.next[0])}
+        return {"pairs_seen": int(self.seen[0])}

@@ -28,6 +28,7 @@ Knows: the past only - every tier's events up to the write.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -89,13 +90,73 @@ def _learn(lt, b0, cnt, tot):
     tot[g] += x
 
 
+class PredEvents(NamedTuple):
+    """One batch of trace events, n of them (read-only in the kernel): the batch's columns and actions."""
+
+    op: np.ndarray  # int8[n]     schema op code
+    obj: np.ndarray  # uint64[n]  object id
+    parent: np.ndarray  # uint64[n] parent_id: the previous chunk of the prefix, or a transform's source (0: none)
+    ts: np.ndarray  # int64[n]    trace time (ns)
+    nbytes: np.ndarray  # int64[n] bytes of the object (advances the "bytes" clock on a write)
+    kind: np.ndarray  # int8[n]   schema kind code
+    tenant: np.ndarray  # int32[n] tenant code
+    req: np.ndarray  # int64[n]   request id (-1: none)
+    sess: np.ndarray  # int64[n]  session id (-1: none)
+    actions: np.ndarray  # int8[n] what the event does on the replayed tier (kvreplay.layout.actions A_*)
+
+
+class PredObjects(NamedTuple):
+    """The objects seen and not yet deleted: an :class:`ObjTable` (``kv, meta, free``) and its columns, per slot
+    (``cap`` slots; the Python side grows the table and rebuilds the tuple when the kernel asks)."""
+
+    kv: np.ndarray  # int64[2 cap or more, 2] object id -> slot map (ObjTable.kv)
+    meta: np.ndarray  # int64[3]    table counters (ObjTable.meta)
+    free: np.ndarray  # int32[cap]  free-slot stack (ObjTable.free)
+    bucket: np.ndarray  # int32[cap] level-0 feature bucket (kind, tenant, depth, turn) of the object
+    depth: np.ndarray  # int32[cap] prefix depth (chunks before it in its prefix chain)
+    birth: np.ndarray  # int64[cap] lifetime clock when its copy was written to the tier (-1: no copy there)
+
+
+class PredSessions(NamedTuple):
+    """The sessions seen: an :class:`ObjTable` keyed by session id and its columns (``cap`` slots)."""
+
+    kv: np.ndarray  # int64[2 cap or more, 2] session id -> slot map
+    meta: np.ndarray  # int64[3]   table counters
+    free: np.ndarray  # int32[cap] free-slot stack
+    req: np.ndarray  # int64[cap]  latest request id of the session seen (-2: none yet)
+    turn: np.ndarray  # int32[cap] requests of the session seen so far
+
+
+class PredLearner(NamedTuple):
+    """What has been learned; B = LEVEL0 + LEVEL1 + LEVEL2 + 1 buckets (the last one global)."""
+
+    cnt: np.ndarray  # int64[B]     deaths learned per bucket
+    tot: np.ndarray  # float64[B]   sum of their log2 lifetimes
+    phist: np.ndarray  # float64[quantiles.NBINS] histogram of the predictions made (kvreplay.hints.quantiles)
+    edges: np.ndarray  # float64[n_classes - 1] class edges on the predictions (log2 units)
+    state: np.ndarray  # int64[4]   lifetime clock, deaths learned, edges ready (0/1), predictions made
+
+
+class PredConfig(NamedTuple):
+    """The parameters, as the kernel reads them."""
+
+    min_samples: int  # deaths a bucket needs before its own mean is trusted
+    refresh: int  # move the class edges every this many predictions
+    clock_bytes: int  # 1: lifetime clock = bytes written to the tier; 0: trace time (ns)
+
+
 @kernel(nogil=True)
-def _pred_kernel(start, j, op, obj, parent, ts, nbytes, kind, tenant, req, sess, actions,
-                 kv, meta, free, o_bucket, o_depth, o_birth,
-                 skv, smeta, sfree, s_req, s_turn,
-                 cnt, tot, phist, edges, state, out, min_samples, refresh, clock_bytes):
-    """Events [start, ...) with ``j`` writes classified so far; returns (stop, j) - stop < len: grow."""
-    # state: [clock, deaths, edges_ready, predictions]
+def _pred_kernel(start, j, ev, objs, sessions, learner, cfg, out):
+    """Events [start, ...) with ``j`` writes classified so far, their classes into ``out`` (int16, one per
+    write); returns (stop, j) - stop < len: grow."""
+    op, obj, parent, ts, nbytes, kind = ev.op, ev.obj, ev.parent, ev.ts, ev.nbytes, ev.kind
+    tenant, req, sess, actions = ev.tenant, ev.req, ev.sess, ev.actions
+    kv, meta, free = objs.kv, objs.meta, objs.free
+    o_bucket, o_depth, o_birth = objs.bucket, objs.depth, objs.birth
+    skv, smeta, sfree = sessions.kv, sessions.meta, sessions.free
+    s_req, s_turn = sessions.req, sessions.turn
+    cnt, tot, phist, edges, state = learner.cnt, learner.tot, learner.phist, learner.edges, learner.state
+    min_samples, refresh, clock_bytes = cfg.min_samples, cfg.refresh, cfg.clock_bytes
     g = LEVEL0 + LEVEL1 + LEVEL2
     for i in range(start, len(op)):
         o = op[i]
@@ -177,23 +238,21 @@ class PredictedHints(HintPolicy):
         self.objs = ObjTable({"bucket": (np.int32, 0), "depth": (np.int32, 0), "birth": (np.int64, -1)})
         self.sessions = ObjTable({"req": (np.int64, -2), "turn": (np.int32, 0)})
         nb = LEVEL0 + LEVEL1 + LEVEL2 + 1
-        self.cnt = np.zeros(nb, np.int64)
-        self.tot = np.zeros(nb, np.float64)
-        self.phist, self.edges = new_state(self.n_classes)
-        self.state = np.zeros(4, np.int64)
+        phist, edges = new_state(self.n_classes)
+        self.learner = PredLearner(np.zeros(nb, np.int64), np.zeros(nb, np.float64), phist, edges,
+                                   np.zeros(4, np.int64))
 
     def _assign(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
         i, j = 0, 0
+        ev = PredEvents(batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], batch["nbytes"],
+                        batch["kind"], batch["tenant"], batch["request_id"], batch["session_id"], actions)
+        cfg = PredConfig(self.params.min_samples, self.params.refresh, 1 if self.params.clock == "bytes" else 0)
         while True:
             o, s = self.objs, self.sessions
-            i, j = _pred_kernel(i, j, batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"],
-                                batch["nbytes"], batch["kind"], batch["tenant"], batch["request_id"],
-                                batch["session_id"], actions,
-                                o.kv, o.meta, o.free, o.cols["bucket"], o.cols["depth"], o.cols["birth"],
-                                s.kv, s.meta, s.free, s.cols["req"], s.cols["turn"],
-                                self.cnt, self.tot, self.phist, self.edges, self.state, out,
-                                self.params.min_samples, self.params.refresh, 1 if self.params.clock == "bytes" else 0)
+            objs = PredObjects(o.kv, o.meta, o.free, o.cols["bucket"], o.cols["depth"], o.cols["birth"])
+            sessions = PredSessions(s.kv, s.meta, s.free, s.cols["req"], s.cols["turn"])
+            i, j = _pred_kernel(i, j, ev, objs, sessions, self.learner, cfg, out)
             if i == batch.n:
                 return out
             for t in (o, s):
@@ -203,15 +262,17 @@ class PredictedHints(HintPolicy):
     def describe(self):
         g = LEVEL0 + LEVEL1 + LEVEL2
         unit = CLOCK_UNIT[self.params.clock]
+        ln = self.learner
+        cnt, tot, edges, state = ln.cnt, ln.tot, ln.edges, ln.state
         return {
             "clock": self.params.clock,
-            "deaths_learned": int(self.state[1]),
-            "predictions": int(self.state[3]),
-            f"edges_log2_{unit}": [float(e) for e in self.edges] if self.state[2] else [],
-            f"mean_log2_lifetime_{unit}": float(self.tot[g] / self.cnt[g]) if self.cnt[g] else None,
-            "buckets_with_samples": int((self.cnt[:LEVEL0] >= self.params.min_samples).sum()),
+            "deaths_learned": int(state[1]),
+            "predictions": int(state[3]),
+            f"edges_log2_{unit}": [float(e) for e in edges] if state[2] else [],
+            f"mean_log2_lifetime_{unit}": float(tot[g] / cnt[g]) if cnt[g] else None,
+            "buckets_with_samples": int((cnt[:LEVEL0] >= self.params.min_samples).sum()),
             "objects_tracked_at_end": self.objs.count,
         }
 
     def memory_bytes(self):
-        return self.objs.nbytes() + self.sessions.nbytes() + self.cnt.nbytes + self.tot.nbytes
+        return self.objs.nbytes() + self.sessions.nbytes() + self.learner.cnt.nbytes + self.learner.tot.nbytes
