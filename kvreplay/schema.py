@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from kvbed.core.atomicio import json_default, temp_path_for
 from kvbed.core.errors import KvbedError
+from kvreplay.arrow_numpy import column_to_numpy, to_numpy
 
 FORMAT_NAME = "kvbed-lifecycle"
 FORMAT_VERSION = 1
@@ -371,7 +372,7 @@ class TraceReader:
         if chunk.null_count:  # the schema says not nullable, but a file written elsewhere may hold nulls
             first = int(np.flatnonzero(chunk.is_null().to_numpy(zero_copy_only=False))[0])
             raise KvbedError(f"row {row0 + first}: {name} is null", where=str(self.path))
-        idx = chunk.indices.to_numpy()
+        idx = to_numpy(chunk.indices)
         mapping, unknown = self._code_map(name, chunk.dictionary)
         if unknown:
             bad = np.flatnonzero(mapping[idx] < 0)
@@ -415,7 +416,7 @@ class TraceReader:
                         nulls = chunked.is_null().to_numpy(zero_copy_only=False)
                         raise KvbedError(f"row {row0 + int(np.flatnonzero(nulls)[0])}: {name} is null",
                                          where=str(self.path))
-                    out[name] = chunked.to_numpy().astype(COLUMNS[name][1], copy=False)
+                    out[name] = column_to_numpy(chunked, COLUMNS[name][1])
             row0 += table.num_rows
             yield out
 

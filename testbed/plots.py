@@ -1,9 +1,12 @@
-"""PNG plots drawn only from saved run files (result.json, timeseries.parquet, latency.parquet).
+"""PNG plots of a run, drawn from its saved files' contents (result.json, timeseries.parquet, latency.parquet).
 
 Per run: ``waf.png`` (WAF per window and cumulative over trace time),
 ``latency_cdf.png`` (exact CDFs from the histogram buckets), ``ruh_bytes.png``
 (host/media bytes per FDP RUH, or bytes per placement class elsewhere).
 ``comparison_plot`` overlays several runs for ``kvbed report``.
+
+Figures are drawn on matplotlib's Agg canvas directly, without pyplot: no backend selection, no figure
+registry to close, and a command that plots imports only what drawing needs.
 """
 
 from __future__ import annotations
@@ -12,23 +15,27 @@ import os
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from kvbed.core.atomicio import atomic_path  # noqa: E402
-from testbed.results import Run, load_run  # noqa: E402
+from kvbed.core.atomicio import atomic_path
+from testbed.results import Run, load_run
 
 GiB = float(1 << 30)
 CDF_SERIES = ("object_read", "object_write", "read", "write")
 
 
-def _save(fig, path: Path) -> None:
+def _figure(figsize: tuple[float, float]) -> Figure:
+    """A figure on its own Agg canvas (what pyplot would give with the Agg backend, without pyplot)."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _col(run: Run, name: str) -> np.ndarray | None:
@@ -62,7 +69,8 @@ def _cdf(run: Run, series: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_waf(run: Run, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = _figure((7, 4))
+    ax = fig.subplots()
     _waf_axes(ax, run)
     ax.set_title(f"WAF over time - {run.label}")
     ax.legend(fontsize=8)
@@ -75,7 +83,8 @@ def plot_latency_cdf(run: Run, path: Path) -> None:
 
 def plot_ruh_bytes(run: Run, path: Path) -> None:
     j = run.job
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = _figure((7, 4))
+    ax = fig.subplots()
     per_ruh = j.get("per_ruh")
     if per_ruh:
         labels = [str(r["ruh"]) for r in per_ruh]
@@ -102,7 +111,8 @@ def plot_ruh_bytes(run: Run, path: Path) -> None:
 
 def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, title: str,
               ylabel: str = "fraction") -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = _figure((7, 4))
+    ax = fig.subplots()
     for s, label in series:
         x, y = _cdf(run, s)
         if len(x):
@@ -117,7 +127,8 @@ def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, 
 
 
 def plot_tiers_waf(run: Run, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = _figure((7, 4))
+    ax = fig.subplots()
     t = run.timeseries
     if "tier" in t.column_names and t.num_rows:
         tiers = np.array(t.column("tier").to_pylist())
@@ -179,7 +190,8 @@ def _outcome_bars(ax, labels: list[str], blocks: list[dict]) -> None:
 def plot_fault_outcomes(run: Run, path: Path) -> None:
     """One run: outcomes of the loads after each fault, and the per-window outcome time series."""
     f = run.result["faults"]
-    fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4))
+    fig = _figure((12, 4))
+    a0, a1 = fig.subplots(1, 2)
     blocks = [f["before_faults"], *f["injected"]]
     _outcome_bars(a0, ["before faults"] + [i["spec"] for i in f["injected"]], blocks)
     a0.set_title(f"load outcomes, contract {f['contract']['name']}")
@@ -199,7 +211,8 @@ def plot_fault_outcomes(run: Run, path: Path) -> None:
 
 def plot_contract_outcomes(runs: list[Run], path: str | os.PathLike) -> Path:
     """Several runs (e.g. one per contract): all loads after the first fault, one bar per run."""
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(runs)), 4))
+    fig = _figure((max(5, 1.3 * len(runs)), 4))
+    ax = fig.subplots()
     blocks = []
     for r in runs:
         inj = r.result["faults"]["injected"]
@@ -215,7 +228,12 @@ def make_run_plots(run_dir: str | os.PathLike, label: str | None = None,
                    should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
     """The plots of one run directory, titled with ``label`` (default: the directory's name); stops between
     plots once ``should_stop`` says so and returns the plots drawn."""
-    run = load_run(run_dir, label)
+    return draw_run_plots(load_run(run_dir, label), should_stop)
+
+
+def draw_run_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
+    """The plots of one run into ``run.path``, from the run's contents as its files hold them (a replay passes
+    the tables it has just written, so nothing is read back)."""
     if "requests" in run.result:
         return make_tier_plots(run, should_stop)
     todo = [(run.path / "waf.png", lambda p: plot_waf(run, p)),
@@ -227,7 +245,8 @@ def make_run_plots(run_dir: str | os.PathLike, label: str | None = None,
 
 
 def comparison_plot(runs: list[Run], path: str | os.PathLike) -> Path:
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig = _figure((12, 8))
+    axes = fig.subplots(2, 2)
     ax = axes[0, 0]
     for r in runs:
         _waf_axes(ax, r, label=r.label, cumulative_only=True)

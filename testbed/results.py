@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from devicemodels.histogram import LatencyHistogram, _LOW, _WIDTH
 from kvbed.core.atomicio import check_can_make_dir, json_default, temp_dir_for
 from kvbed.core.errors import KvbedError
+from kvreplay.arrow_numpy import column_to_numpy, from_values
 from testbed.interrupt import Interrupt
 
 RUN_FILES = ("config.json", "result.json", "timeseries.parquet", "latency.parquet")
@@ -68,7 +69,7 @@ def _clean(obj: Any) -> Any:
 
 def timeseries_table(rows: list[dict[str, Any]]) -> pa.Table:
     if not rows:
-        return pa.table({"window": pa.array([], pa.int64())})
+        return pa.table({"window": from_values([], pa.int64())})
     names: list[str] = []
     for r in rows:
         for k in r:
@@ -79,7 +80,7 @@ def timeseries_table(rows: list[dict[str, Any]]) -> pa.Table:
         vals = [r.get(k) for r in rows]
         kind = {type(v) for v in vals if v is not None}
         typ = pa.string() if str in kind else pa.float64() if float in kind else pa.int64()
-        cols[k] = pa.array(vals, typ)
+        cols[k] = from_values(vals, typ)
     return pa.table(cols)
 
 
@@ -89,10 +90,10 @@ def latency_table(rows: list[tuple[str, int, int]]) -> pa.Table:
     low = _LOW[idx].astype(np.int64) if len(idx) else np.zeros(0, np.int64)
     high = (low + _WIDTH[idx].astype(np.int64) - 1) if len(idx) else np.zeros(0, np.int64)
     return pa.table({
-        "series": pa.array(series, pa.string()),
-        "low_ns": pa.array(low, pa.int64()),
-        "high_ns": pa.array(high, pa.int64()),
-        "count": pa.array([r[2] for r in rows], pa.int64()),
+        "series": from_values(series, pa.string()),
+        "low_ns": from_values(low, pa.int64()),
+        "high_ns": from_values(high, pa.int64()),
+        "count": from_values([r[2] for r in rows], pa.int64()),
     })
 
 
@@ -127,11 +128,13 @@ def mark_interrupted(parts: dict[str, Any], phase: str) -> None:
 
 
 def write_run(out_dir: str | os.PathLike, parts: dict[str, Any], *,
-              plots: Callable[[Path, str, Callable[[], bool]], Any] | None = None,
+              plots: Callable[[Run, Callable[[], bool]], Any] | None = None,
               interrupt: Interrupt | None = None) -> Path:
     """Write config/result/timeseries/latency/runtime into ``out_dir`` atomically (directory swap).
 
-    ``plots(tmp_dir, label, should_stop)`` draws into the directory before it is renamed into place. With
+    ``plots(run, should_stop)`` draws into ``run.path`` (the directory being assembled) before it is renamed
+    into place; ``run`` is what :func:`load_run` would read from the files just written (the JSON parsed
+    back, the tables as written), named after ``out_dir``, so the plots read nothing back from disk. With
     ``interrupt``, a Ctrl-C at any point before the rename (also one that came during the replay) marks
     the run incomplete (:func:`mark_interrupted`); plotting stops at the next plot."""
     out = check_out_dir(out_dir)
@@ -141,10 +144,12 @@ def write_run(out_dir: str | os.PathLike, parts: dict[str, Any], *,
             mark_interrupted(parts, interrupt.phase or "")
         if interrupt is not None:
             interrupt.enter("writing results")
-        (tmp / "config.json").write_text(_dumps(_clean(parts["config"])))
-        (tmp / "result.json").write_text(_dumps(_clean(parts["result"])))
-        pq.write_table(timeseries_table(parts["timeseries"]), tmp / "timeseries.parquet", compression="zstd")
-        pq.write_table(latency_table(parts["latency"]), tmp / "latency.parquet", compression="zstd")
+        config_text, result_text = _dumps(_clean(parts["config"])), _dumps(_clean(parts["result"]))
+        (tmp / "config.json").write_text(config_text)
+        (tmp / "result.json").write_text(result_text)
+        ts, lat = timeseries_table(parts["timeseries"]), latency_table(parts["latency"])
+        pq.write_table(ts, tmp / "timeseries.parquet", compression="zstd")
+        pq.write_table(lat, tmp / "latency.parquet", compression="zstd")
         (tmp / "runtime.json").write_text(_dumps(_clean(parts.get("runtime", {}))))
         for name, obj in (parts.get("files") or {}).items():  # extra JSON files a target collected
             if Path(name).name != name or not name.endswith(".json") or name in RUN_FILES + ("runtime.json",):
@@ -153,7 +158,8 @@ def write_run(out_dir: str | os.PathLike, parts: dict[str, Any], *,
         if plots is not None and not (interrupt is not None and interrupt()):
             if interrupt is not None:
                 interrupt.enter("plotting")
-            plots(tmp, out.resolve().name, interrupt or (lambda: False))
+            run = Run(tmp, json.loads(config_text), json.loads(result_text), ts, lat, out.resolve().name)
+            plots(run, interrupt or (lambda: False))
         if interrupt is not None and interrupt() and not parts["result"].get("interrupted"):
             mark_interrupted(parts, interrupt.phase or "")  # came while writing or plotting
             (tmp / "result.json").write_text(_dumps(_clean(parts["result"])))
@@ -195,8 +201,8 @@ class Run:
         if t.num_rows == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         mask = np.array(t.column("series").to_pylist()) == series
-        hi = t.column("high_ns").to_numpy()[mask]
-        cnt = t.column("count").to_numpy()[mask]
+        hi = column_to_numpy(t.column("high_ns"))[mask]
+        cnt = column_to_numpy(t.column("count"))[mask]
         order = np.argsort(hi)
         return hi[order], cnt[order]
 

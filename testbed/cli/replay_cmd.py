@@ -22,18 +22,19 @@ import dataclasses
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from kvreplay.replay.params import ReplayParams
-from testbed.cli.console import console
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.interrupt import interruptible
 
+if TYPE_CHECKING:  # rich, the plots and the run files are imported where they are used (a replay's start-up)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from testbed.results import Run
 
 
 def _device_names() -> list[str]:
@@ -49,6 +50,8 @@ def _hint_names() -> list[str]:
 
 
 def _console(err: bool = False) -> Console:
+    from testbed.cli.console import console
+
     return console(err)
 
 
@@ -106,10 +109,15 @@ class _RichProgress:
 
 @contextmanager
 def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
-    console = _console(err=True)
-    if not enabled or not console.is_terminal:
+    if not enabled:
         yield None
         return
+    console = _console(err=True)
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("events"), TimeElapsedColumn(), console=console, transient=True) as prog:
         yield _RichProgress(prog)
@@ -120,7 +128,17 @@ def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
     return Path("results") / f"{stem}-{device}-{hints}-s{seed}"
 
 
-@click.command("replay", epilog=_param_epilog())
+class _ReplayCommand(click.Command):
+    """The --param keys of the epilog come from every parameter set (VM, capture, ... included): imported for
+    --help only, not by every replay."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog is None:
+            self.epilog = _param_epilog()
+        super().format_epilog(ctx, formatter)
+
+
+@click.command("replay", cls=_ReplayCommand)
 @click.argument("trace", metavar="[TRACE]", required=False, type=click.Path(dir_okay=False))
 @click.option("--device", type=click.Choice(_device_names()), default=None,
               help="device model: conv (no placement), fdp (placement ids = RUHs), zns (zone groups + host GC), "
@@ -311,10 +329,10 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         click.echo(f"kvbed: partial result in {run_dir}", err=True)
 
 
-def _plots(run_dir: Path, label: str, should_stop: Callable[[], bool]) -> None:
-    from testbed.plots import make_run_plots
+def _plots(run: Run, should_stop: Callable[[], bool]) -> None:
+    from testbed.plots import draw_run_plots
 
-    make_run_plots(run_dir, label, should_stop)
+    draw_run_plots(run, should_stop)
 
 
 def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:
@@ -367,6 +385,8 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> None:
+    from rich.table import Table
+
     from testbed.labels import saturation_cell
     from testbed.report import fmt_ns
 
@@ -415,6 +435,8 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run_dir: Path) -> None:
+    from rich.table import Table
+
     from testbed import labels
     from testbed.report import fmt_bytes, fmt_ns
 
