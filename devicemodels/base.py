@@ -175,5 +175,5 @@ class DeviceModel(abc.ABC):
 
 
 DEVICES: Registry[type[DeviceModel]] = Registry("device")
-GC_POLICIES: Registry[Any] = Registry("GC victim policy")
-PRESETS: Registry[Any] = Registry("parameter preset")  # FlashParams.preset (devicemodels.presets)
+GC_POLICIES: Registry[Any] = Registry("GC victim policy", summary_attr="summary")
+PRESETS: Registry[Any] = Registry("parameter preset", summary_attr="summary")  # FlashParams.preset (devicemodels.presets)

@@ -60,7 +60,7 @@ class CachePolicy:
         return ways - self.small_ways(ways) if self.small_ratio else 0
 
 
-CACHE_POLICIES: Registry[CachePolicy] = Registry("cache policy")
+CACHE_POLICIES: Registry[CachePolicy] = Registry("cache policy", summary_attr="summary")
 CACHE_POLICIES.register("lru")(CachePolicy(LRU, "least recently used unit of the set"))
 CACHE_POLICIES.register("fifo")(CachePolicy(FIFO, "oldest inserted unit of the set; hits change nothing"))
 CACHE_POLICIES.register("clock")(CachePolicy(CLOCK, "CLOCK (second chance): FIFO that reinserts a unit hit since "

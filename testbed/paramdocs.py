@@ -40,12 +40,12 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     for name in FAULTS:
         out[f"fault.{name}"] = (FAULTS.get(name).Params, f"kvbed replay --fault {name}@TIME,key=value...")
     out.update({
-        "flash": (FlashParams, "devices conv, fdp, zns, cxl-ssd (kvbed replay, kvbed device run, kvbed up)"),
-        "fdp": (FdpParams, "device fdp"),
-        "zns": (ZnsParams, "device zns"),
-        "dram": (DramParams, "device dram"),
-        "cxl": (CxlParams, "devices cxl, cxl-ssd"),
-        "cache": (CxlSsdParams, "device cxl-ssd"),
+        "flash": (FlashParams, _devices_using(FlashParams) + " (kvbed replay, kvbed device run, kvbed up)"),
+        "fdp": (FdpParams, _devices_using(FdpParams)),
+        "zns": (ZnsParams, _devices_using(ZnsParams)),
+        "dram": (DramParams, _devices_using(DramParams)),
+        "cxl": (CxlParams, _devices_using(CxlParams)),
+        "cache": (CxlSsdParams, _devices_using(CxlSsdParams)),
         "tier": (TierSimParams, "kvbed trace import / synth: the tier simulator (each is also an --option)"),
         "synth": (SynthParams, "kvbed trace synth"),
         "capture": (CaptureParams, "kvbed trace capture (options marked * are also --options); the raw-file "
@@ -57,6 +57,14 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "link": (VmLinkParams, "kvbed replay --target vm: the link to the guest agent"),
     })
     return out
+
+
+def _devices_using(cls: type) -> str:
+    """``"devices a, b"``: the registered devices one of whose parameter groups is ``cls``."""
+    from devicemodels import DEVICES
+
+    names = [n for n in DEVICES if cls in DEVICES.get(n).param_classes.values()]
+    return f"device{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def _default(row: dict[str, Any]) -> str:

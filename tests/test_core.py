@@ -122,6 +122,41 @@ def test_registry_names_what_it_registers_once():
         reg.get("delta")
 
 
+def test_registry_summary_is_one_line_from_the_entry_or_its_own_module():
+    reg: Registry[object] = Registry("thing")
+
+    @reg.register("documented")
+    class Documented:
+        """First line
+        goes on.
+
+        Second paragraph."""
+
+    @reg.register("inherits")
+    class Inherits(Documented):  # the base's docstring is not this entry's
+        pass
+
+    reg.register("instance")(dataclasses.make_dataclass("Row", [("code", int)])(3))
+    assert reg.summaries() == {"documented": "First line goes on.", "inherits": "", "instance": ""}
+    attr: Registry[object] = Registry("row", summary_attr="code")
+    attr.register("three")(dataclasses.make_dataclass("Row", [("code", int)])(3))
+    assert attr.summary("THREE") == "3"
+    with pytest.raises(KvbedError, match="unknown row 'four'"):
+        attr.summary("four")
+
+    from devicemodels import GC_POLICIES
+    from kvreplay.faults import CONTRACTS
+    from kvreplay.hints import HINTS
+    from kvreplay.importers import IMPORTERS
+    from kvreplay.tiers.sharing import SHARING
+
+    assert HINTS.summary("oracle") == "the exact remaining lifetime of each write, from the future of the trace."
+    assert CONTRACTS.summary("full") == "checksum, version and lease together."  # "Contract ``full``: ..."
+    assert GC_POLICIES.summary("random") == "uniformly random closed line"
+    assert IMPORTERS.summary("mooncake").startswith("Mooncake FAST'25 JSONL")
+    assert SHARING.summary("global") == ""  # several entries in one module: its docstring is none's own
+
+
 def test_every_registered_class_carries_its_registry_name():
     from devicemodels import DEVICES
     from kvreplay.hints import HINTS

@@ -16,9 +16,9 @@ from kvbed.core.params import check_fields, param, with_overrides
 
 @dataclass(frozen=True)
 class FaultParams:
-    fault: str = param("", "faults to inject, KIND@TIME[,key=value...], several separated by ';' (kinds: "
-                           "power-loss, tier-loss, partial-offload, media-error, stale-index, version-drift; "
-                           "see README: Faults and recovery contracts)")
+    fault: str = param("", "faults to inject, KIND@TIME[,key=value...], several separated by ';' (each kind "
+                           "and its keys: the fault.KIND parameter sets, `kvbed replay --help`; see README: Faults "
+                           "and recovery contracts)")
     contract: str = param("none", "recovery contract every load is checked with (header bytes go to the device)",
                           choices=lambda: CONTRACTS.names())
 

@@ -51,7 +51,7 @@ class Importer(abc.ABC):
         raise NotImplementedError(f"{self.name} does not produce lifecycle events")
 
 
-IMPORTERS: Registry[type[Importer]] = Registry("importer")
+IMPORTERS: Registry[type[Importer]] = Registry("importer", summary_attr="description")
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:

@@ -59,7 +59,7 @@ class EvictionPolicy:
     touch_to_head: bool = False  # LRU: an access moves the entry to the head of its queue
 
 
-EVICTION_POLICIES: Registry[EvictionPolicy] = Registry("eviction policy")
+EVICTION_POLICIES: Registry[EvictionPolicy] = Registry("eviction policy", summary_attr="doc")
 
 
 def _reg(p: EvictionPolicy) -> EvictionPolicy:

@@ -15,6 +15,7 @@ import click
 
 from kvbed.core.errors import Interrupted, KvbedError
 from kvbed.core.params import with_options
+from testbed.cli.registry_help import LazyHelpOption, names
 
 
 def _devices():
@@ -35,13 +36,14 @@ def list_cmd() -> None:
     from devicemodels.workloads import WORKLOADS
 
     click.echo("devices:      " + ", ".join(dm.DEVICES.names()))
-    for name in dm.GC_POLICIES.names():
-        click.echo(f"gc policy     {name:13s} {dm.GC_POLICIES.get(name).summary}")
-    for name in dm.CACHE_POLICIES.names():
-        click.echo(f"cache policy  {name:13s} {dm.CACHE_POLICIES.get(name).summary} (cxl-ssd)")
-    for name in WORKLOADS.names():
-        doc = (WORKLOADS.get(name).__doc__ or "").strip().splitlines()[0]
-        click.echo(f"workload      {name:13s} {doc}")
+    for name, text in dm.DEVICES.summaries().items():
+        click.echo(f"device        {name:13s} {text}")
+    for name, text in dm.GC_POLICIES.summaries().items():
+        click.echo(f"gc policy     {name:13s} {text}")
+    for name, text in dm.CACHE_POLICIES.summaries().items():
+        click.echo(f"cache policy  {name:13s} {text} (cxl-ssd)")
+    for name, text in WORKLOADS.summaries().items():
+        click.echo(f"workload      {name:13s} {text}")
 
 
 @device.command("params")
@@ -138,10 +140,15 @@ def _print_summary(res: dict) -> None:
 
 
 @device.command("run")
-@click.option("--device", "device_name", default="conv", show_default=True, help="Device model (see `device list`).")
-@click.option("--workload", default="uniform", show_default=True, help="uniform | hotcold | sequential")
+@click.option("--device", "device_name", default="conv", show_default=True, cls=LazyHelpOption,
+              lazy_help={"names": names("devicemodels:DEVICES")},
+              help="Device model: {names} (see `device list`).")
+@click.option("--workload", default="uniform", show_default=True, cls=LazyHelpOption,
+              lazy_help={"names": names("devicemodels.workloads:WORKLOADS")}, help="Workload: {names}.")
 @click.option("--op", "op_ratio", type=float, default=None, help="Over-provisioning (physical-logical)/logical, e.g. 0.07.")
-@click.option("--gc", "gc_policy", default=None, help="GC victim policy (see `device list`).")
+@click.option("--gc", "gc_policy", default=None, cls=LazyHelpOption,
+              lazy_help={"names": names("devicemodels:GC_POLICIES")},
+              help="GC victim policy: {names} (see `device list`).")
 @click.option("--pages", type=int, default=None, help="Logical pages (sets logical_bytes = pages x page_bytes).")
 @click.option("--writes-x", type=float, default=10.0, show_default=True, help="Measured host writes, x capacity.")
 @click.option("--warmup-x", type=float, default=1.0, show_default=True,

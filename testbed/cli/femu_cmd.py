@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from testbed.cli.registry_help import LazyChoice
+
 
 @click.group("femu")
 def femu():
@@ -77,7 +79,7 @@ def status_cmd(src, as_json):
 
 
 @femu.command("args")
-@click.option("--device", "-d", required=True, type=click.Choice(["conv", "fdp", "zns"]))
+@click.option("--device", "-d", required=True, type=LazyChoice("testbed.femu.devices:FEMU_DEVICES"))
 @click.option("--param", "-p", "params", multiple=True, metavar="K=V", help="device or VM parameter")
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("kv", nargs=-1, metavar="[K=V]...")

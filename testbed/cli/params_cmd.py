@@ -13,8 +13,8 @@ from kvbed.core.errors import KvbedError
 @click.option("--presets", is_flag=True, help="print the device parameter presets (preset=NAME): what each sets "
                                                "and where the value comes from")
 def params(sets: tuple[str, ...], markdown: bool, presets: bool) -> None:
-    """Parameters by set (replay, layout, hints.*, flash, fdp, zns, cxl, cache, tier, synth, vm, link):
-    the keys of --param, config.json and study axes, with defaults, units or choices, and meaning."""
+    """Parameters by SET (all of them when none is named; each table's title is its set's name): the keys
+    of --param, config.json and study axes, with defaults, units or choices, and meaning."""
     from rich.table import Table
 
     from testbed.cli.console import console

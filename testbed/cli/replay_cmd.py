@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from kvreplay.replay.params import ReplayParams
+from testbed.cli.registry_help import LazyChoice, LazyHelpOption, names, pairs
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.interrupt import interruptible
 
@@ -35,18 +36,6 @@ if TYPE_CHECKING:  # rich, the plots and the run files are imported where they a
     from rich.progress import Progress
 
     from testbed.results import Run
-
-
-def _device_names() -> list[str]:
-    from devicemodels import DEVICES
-
-    return DEVICES.names()
-
-
-def _hint_names() -> list[str]:
-    from kvreplay.hints import HINTS
-
-    return HINTS.names()
 
 
 def _console(err: bool = False) -> Console:
@@ -140,29 +129,32 @@ class _ReplayCommand(click.Command):
 
 @click.command("replay", cls=_ReplayCommand)
 @click.argument("trace", metavar="[TRACE]", required=False, type=click.Path(dir_okay=False))
-@click.option("--device", type=click.Choice(_device_names()), default=None,
-              help="device model: conv (no placement), fdp (placement ids = RUHs), zns (zone groups + host GC), "
-                   "cxl, cxl-ssd [default: fdp]")
-@click.option("--hints", default=None, metavar="POLICY",
-              help="placement-hint policy: none, oracle, noisy-oracle, hotness, predicted, type [default: none]; "
+@click.option("--device", type=LazyChoice("devicemodels:DEVICES"), default=None,
+              help="device model (`kvbed device list` says what each is) [default: fdp]")
+@click.option("--hints", default=None, metavar="POLICY", cls=LazyHelpOption,
+              lazy_help={"names": names("kvreplay.hints:HINTS")},
+              help="placement-hint policy: {names} [default: none]; "
                    "with --tiers also TIER=POLICY,... (tiers not named keep none)")
-@click.option("--tiers", default=None, metavar="T1,T2,...",
-              help="multi-tier replay: every named tier (cpu, cxl, ssd) on its own device in one run, plus "
+@click.option("--tiers", default=None, metavar="T1,T2,...", cls=LazyHelpOption,
+              lazy_help={"names": names("kvreplay.replay.multitier:TIER_DEVICES")},
+              help="multi-tier replay: every named tier ({names}) on its own device in one run, plus "
                    "request-level KV-ready and TTFT (one fio job per tier)")
-@click.option("--tier-device", "tier_devices", multiple=True, metavar="TIER=DEVICE",
-              help="with --tiers: the device of a tier [defaults: cpu=dram, cxl=cxl, ssd=fdp] (repeatable)")
-@click.option("--on-hit", "on_hit", type=click.Choice(["load", "recompute", "best"]), default=None,
+@click.option("--tier-device", "tier_devices", multiple=True, metavar="TIER=DEVICE", cls=LazyHelpOption,
+              lazy_help={"pairs": pairs("kvreplay.replay.multitier:TIER_DEVICES")},
+              help="with --tiers: the device of a tier [defaults: {pairs}] (repeatable)")
+@click.option("--on-hit", "on_hit", type=LazyChoice("kvreplay.replay.ttft:ON_HIT"), default=None,
               help="with --tiers: a chunk held in a lower tier is loaded, recomputed, or the cheaper of the two "
                    "per request (all three are reported; this one heads the summary) [default: load]")
 @_replay_options
-@click.option("--fault", "faults", multiple=True, metavar="KIND@TIME[,K=V...]",
-              help="inject a fault (repeatable): power-loss, tier-loss, partial-offload, media-error, stale-index, "
-                   "version-drift; TIME in trace time from the first event, e.g. power-loss@2s,index=stale")
+@click.option("--fault", "faults", multiple=True, metavar="KIND@TIME[,K=V...]", cls=LazyHelpOption,
+              lazy_help={"names": names("kvreplay.faults:FAULTS")},
+              help="inject a fault (repeatable), KIND one of {names}; TIME in trace time from the first event, "
+                   "e.g. power-loss@2s,index=stale (keys: `kvbed params fault.KIND`)")
 @click.option("--fault-file", "fault_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="faults as [[fault]] tables in a TOML file (kind = \"power-loss\", at = \"2s\", index = ...)")
-@click.option("--contract", "contract", default=None, metavar="NAME",
-              help="recovery contract every load is checked with: none, checksum, version, lease, full "
-                   "[default: none]")
+@click.option("--contract", "contract", default=None, metavar="NAME", cls=LazyHelpOption,
+              lazy_help={"names": names("kvreplay.faults:CONTRACTS")},
+              help="recovery contract every load is checked with: {names} [default: none]")
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
                    "classes=4 logical_bytes=2TiB (repeatable)")

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli.console import console, facts_table
+from testbed.cli.registry_help import LazyChoice, LazyHelpOption, RegistryEpilogCommand, names
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.humanize import fmt_bytes, fmt_ns, fmt_pct
 from kvbed.core.params import field_types, split_overrides, with_options, with_overrides
@@ -63,8 +64,11 @@ def tier_options(base: Any) -> Any:
             default = getattr(base, fld.name)
             f = click.option(_opt_name(fld.name), fld.name, default=None, metavar="V",
                              help=f"{help_} [default: {_show_default(fld.name, default) or 'none'}]")(f)
-        f = click.option("--policy", "policy", multiple=True, metavar="NAME|TIER=NAME",
-                         help="eviction policy for every tier, or for one tier (repeatable)")(f)
+        f = click.option("--policy", "policy", multiple=True, metavar="NAME|TIER=NAME", cls=LazyHelpOption,
+                         lazy_help={"names": names("kvreplay.tiers.policies:EVICTION_POLICIES"),
+                                    "tiers": names("kvreplay.tiers:SIM_TIERS")},
+                         help="eviction policy ({names}) for every tier, or for one TIER ({tiers}) "
+                              "(repeatable)")(f)
         return f
 
     return deco
@@ -204,14 +208,8 @@ def _synth_defaults() -> Any:
     return SYNTH_TIER_DEFAULTS
 
 
-def _importer_names() -> list[str]:
-    from kvreplay.importers import IMPORTERS
-
-    return IMPORTERS.names()
-
-
-@trace.command("import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(_importer_names(), case_sensitive=False))
+@trace.command("import", cls=RegistryEpilogCommand, registry_epilog=("Formats", "kvreplay.importers:IMPORTERS"))
+@click.argument("fmt", metavar="FORMAT", type=LazyChoice("kvreplay.importers:IMPORTERS", case_sensitive=False))
 @click.argument("src", metavar="IN", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="lifecycle trace to write (.parquet)")
@@ -226,7 +224,7 @@ def import_cmd(fmt: str, src: Path, out: Path, params: tuple[str, ...], drop_inc
     """Import a request trace and tier-simulate it into a lifecycle trace.
 
     \b
-    Request-level sources (mooncake, alibaba) run through the tier simulator:
+    Request-level sources (Formats below) run through the tier simulator:
     GPU HBM -> CPU DRAM -> [CXL] -> SSD, LRU per tier, write-through to SSD,
     Llama-3-8B geometry and 256-token objects unless overridden. The source facts
     (requests, distinct block ids, references, reuse share, time span) are

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import format_size
+from testbed.cli.registry_help import LazyChoice, LazyHelpOption, names
 
 
 def _key_params(st_params: dict, device: str) -> str:
@@ -36,10 +37,11 @@ def _key_params(st_params: dict, device: str) -> str:
 
 
 @click.command("up")
-@click.option("--device", "-d", required=True, type=click.Choice(["conv", "fdp", "zns", "cxl"]),
+@click.option("--device", "-d", required=True, type=LazyChoice("testbed.vm.qemu:VM_DEVICES"),
               help="emulated device under test")
-@click.option("--backend", "-b", default="qemu", show_default=True, metavar="NAME",
-              help="emulator: qemu (stock QEMU 10) or femu (FEMU's flash SSD; `kvbed femu build` first)")
+@click.option("--backend", "-b", default="qemu", show_default=True, metavar="NAME", cls=LazyHelpOption,
+              lazy_help={"names": names("testbed.vm.backends:BACKENDS")},
+              help="emulator: {names} (femu needs `kvbed femu build` first)")
 @click.option("--name", "-n", default=None, help="VM name (default: <device><n>)")
 @click.option("--param", "-p", "params", multiple=True, metavar="K=V",
               help="device or VM parameter, e.g. ru_bytes=16MiB nruh=8 zone_bytes=64MiB mem_bytes=1GiB")

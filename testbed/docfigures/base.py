@@ -85,7 +85,7 @@ class BenchFigureSet(FigureSet):
         return [" ".join(["python", self.script, *self.args])]
 
 
-FIGURE_SETS: Registry[type[FigureSet]] = Registry("figure set")
+FIGURE_SETS: Registry[type[FigureSet]] = Registry("figure set", summary_attr="summary")
 
 
 def saved_path(name: str) -> Path:
