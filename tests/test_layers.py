@@ -259,3 +259,16 @@ def test_import_has_no_side_effects(tmp_path, mods):
     assert not cache.exists()
     assert list(home.rglob("*")) == []
     assert _snapshot(ROOT) == tree
+
+
+def test_the_test_tree_shares_through_support_only():
+    """Test files import helpers from tests.support, never from another test file; every directory of the tree is
+    a package, so two test files of one name in different rooms do not collide."""
+    tests = ROOT / "tests"
+    bad = [f"{p.relative_to(ROOT)}:{line}: import {mod}" for p in sorted(tests.rglob("*.py"))
+           for line, mod in _imports(p) if mod.rsplit(".", 1)[-1].startswith("test_")
+           or _under(mod, "tests") and not _under(mod, "tests.support")]
+    assert bad == []
+    dirs = {p.parent for p in tests.rglob("test_*.py")} | {tests / "support"}
+    assert sorted(str(d.relative_to(ROOT)) for d in dirs if not (d / "__init__.py").exists()) == []
+    assert len(dirs) >= 10  # the tree: core, devicemodels, kvreplay/..., testbed/..., golden

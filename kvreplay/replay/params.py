@@ -37,7 +37,7 @@ class ReplayParams:
         2_000_000_000,
         "an op in flight longer than this (arrival to now) means the device is backlogged: it is behind the "
         "arrivals, and latency past this is queueing (result.json job 'saturation'). Default 2 s: above the longest "
-        "single foreground-GC stall of the demo's runs, which keep up (tests/test_figure_labels.py checks it)",
+        "single foreground-GC stall of the demo's runs, which keep up (tests/testbed/report/test_figure_labels.py checks it)",
         quiet_default=True)
     saturation_backlog_ratio: float = param(
         0.01, "flag the run 'saturated' when the device was backlogged (saturation_wait_ns) for at least this "

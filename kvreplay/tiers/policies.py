@@ -16,7 +16,7 @@ entries; if every entry is pinned the policy's own choice goes. A circular CLOCK
 whose hand passes a pinned entry would leave it last in line; here it keeps its place
 in the queue (first in line once unpinned), as FIFO and S3-FIFO do.
 
-Held against libCacheSim (tests/test_tiers_libcachesim.py: one isolated tier fed
+Held against libCacheSim (tests/kvreplay/tiers/test_tiers_libcachesim.py: one isolated tier fed
 the Mooncake conversation trace's 571,526 chunk references, 32/128/512 GiB; with
 ``pinning=False``, the plain cache libCacheSim models):
 
