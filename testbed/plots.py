@@ -26,11 +26,11 @@ GiB = float(1 << 30)
 CDF_SERIES = ("object_read", "object_write", "read", "write")
 
 
-def _figure(figsize: tuple[float, float]) -> Figure:
-    """A figure on its own Agg canvas (what pyplot would give with the Agg backend, without pyplot)."""
+def _subplots(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1):
+    """``plt.subplots`` with the Agg backend, without pyplot: a figure on its own Agg canvas and its axes."""
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
-    return fig
+    return fig, fig.subplots(nrows, ncols)
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -69,8 +69,7 @@ def _cdf(run: Run, series: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_waf(run: Run, path: Path) -> None:
-    fig = _figure((7, 4))
-    ax = fig.subplots()
+    fig, ax = _subplots((7, 4))
     _waf_axes(ax, run)
     ax.set_title(f"WAF over time - {run.label}")
     ax.legend(fontsize=8)
@@ -83,8 +82,7 @@ def plot_latency_cdf(run: Run, path: Path) -> None:
 
 def plot_ruh_bytes(run: Run, path: Path) -> None:
     j = run.job
-    fig = _figure((7, 4))
-    ax = fig.subplots()
+    fig, ax = _subplots((7, 4))
     per_ruh = j.get("per_ruh")
     if per_ruh:
         labels = [str(r["ruh"]) for r in per_ruh]
@@ -111,8 +109,7 @@ def plot_ruh_bytes(run: Run, path: Path) -> None:
 
 def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, title: str,
               ylabel: str = "fraction") -> None:
-    fig = _figure((7, 4))
-    ax = fig.subplots()
+    fig, ax = _subplots((7, 4))
     for s, label in series:
         x, y = _cdf(run, s)
         if len(x):
@@ -127,8 +124,7 @@ def _cdf_plot(run: Run, series: list[tuple[str, str]], path: Path, xlabel: str, 
 
 
 def plot_tiers_waf(run: Run, path: Path) -> None:
-    fig = _figure((7, 4))
-    ax = fig.subplots()
+    fig, ax = _subplots((7, 4))
     t = run.timeseries
     if "tier" in t.column_names and t.num_rows:
         tiers = np.array(t.column("tier").to_pylist())
@@ -190,8 +186,7 @@ def _outcome_bars(ax, labels: list[str], blocks: list[dict]) -> None:
 def plot_fault_outcomes(run: Run, path: Path) -> None:
     """One run: outcomes of the loads after each fault, and the per-window outcome time series."""
     f = run.result["faults"]
-    fig = _figure((12, 4))
-    a0, a1 = fig.subplots(1, 2)
+    fig, (a0, a1) = _subplots((12, 4), 1, 2)
     blocks = [f["before_faults"], *f["injected"]]
     _outcome_bars(a0, ["before faults"] + [i["spec"] for i in f["injected"]], blocks)
     a0.set_title(f"load outcomes, contract {f['contract']['name']}")
@@ -211,8 +206,7 @@ def plot_fault_outcomes(run: Run, path: Path) -> None:
 
 def plot_contract_outcomes(runs: list[Run], path: str | os.PathLike) -> Path:
     """Several runs (e.g. one per contract): all loads after the first fault, one bar per run."""
-    fig = _figure((max(5, 1.3 * len(runs)), 4))
-    ax = fig.subplots()
+    fig, ax = _subplots((max(5, 1.3 * len(runs)), 4))
     blocks = []
     for r in runs:
         inj = r.result["faults"]["injected"]
@@ -245,8 +239,7 @@ def draw_run_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) ->
 
 
 def comparison_plot(runs: list[Run], path: str | os.PathLike) -> Path:
-    fig = _figure((12, 8))
-    axes = fig.subplots(2, 2)
+    fig, axes = _subplots((12, 8), 2, 2)
     ax = axes[0, 0]
     for r in runs:
         _waf_axes(ax, r, label=r.label, cumulative_only=True)
