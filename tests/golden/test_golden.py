@@ -39,6 +39,7 @@ def test_every_run_records_figures_worth_reading():
         if cmd == "trace":
             assert figs["events"] > 100_000, name
             assert sum(v for k, v in figs.items() if k.startswith("events.")) == figs["events"], name
+            assert 0 < figs["ssd.ref_hit_ratio"] < figs["ssd.lookup_hit_ratio"] < 1, name
         elif cmd == "replay":
             assert figs["end_to_end_waf"] >= figs["waf"] >= 1.0, name
             assert figs["object_read.p99_ns"] > 0 and figs["object_write.p99_ns"] > 0, name

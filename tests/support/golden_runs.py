@@ -21,6 +21,7 @@ or, when only the recorded form changes (not the results), check the old digests
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from kvreplay.schema import TraceReader
 from tests.support.paths import MOONCAKE
 
 # name -> argv after `kvbed` ({w}: the work directory, {mc}: the Mooncake source); in order (later runs read
@@ -140,15 +142,13 @@ def _p99(block) -> float | None:
 
 
 def _trace_figures(path: Path) -> dict:
-    f = pq.ParquetFile(path)
-    ops = f.read(columns=["op"]).column("op").to_pylist()
-    meta = json.loads((f.schema_arrow.metadata or {}).get(b"kvbed", b"{}"))
-    figs: dict = {"events": f.metadata.num_rows}
-    for op in sorted(set(ops)):
-        figs[f"events.{op}"] = ops.count(op)
-    for tier, st in sorted((meta.get("tier_stats") or {}).items()):
+    """Events in all and per op, and the tier simulator's hit ratios (kept in the file's key-value metadata)."""
+    reader = TraceReader(path)
+    ops = collections.Counter(pq.ParquetFile(path).read(columns=["op"]).column("op").to_pylist())
+    figs: dict = {"events": reader.num_rows, **{f"events.{op}": n for op, n in sorted(ops.items())}}
+    for tier, st in sorted(reader.meta.tier_stats.items()):
         for k, v in sorted(st.items()) if isinstance(st, dict) else ():
-            if "hit_ratio" in k:
+            if k.endswith("hit_ratio"):
                 figs[f"{tier}.{k}"] = v
     return figs
 
