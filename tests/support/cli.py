@@ -7,8 +7,9 @@ from click.testing import CliRunner
 from testbed.cli import cli
 
 
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+def kvbed(*args, env=None):
+    """``kvbed ARGS`` in this process (arguments str()-ed; ``env``: variables set for the call)."""
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
 
 
 def ok(res):

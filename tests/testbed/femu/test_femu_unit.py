@@ -15,15 +15,14 @@ import tarfile
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from devicemodels.base import OP_READ, OP_WRITE, op_batch
-from testbed.cli import cli
 from kvbed.core.errors import KvbedError
 from testbed.femu import build as fb
 from testbed.femu.devices import femu_mapping
 from testbed.vm import backends, checks, cmdline, qemu
 from tests.support.femu_tree import fake_femu_tree
+from tests.support.cli import kvbed, one_line_error
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -32,16 +31,6 @@ FDP_OK = ["ru_bytes=64MiB", "nruh=4", "ruh_type=persistently", "op_ratio=0.25", 
           "gc_bg_free_lines=7", "gc_fg_free_lines=4"]
 
 
-def kvbed(*args, env=None):
-    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    err = res.stderr.strip()
-    assert err.startswith("kvbed: error: ") and "\n" not in err, err
-    for f in fragments:
-        assert f in err, (f, err)
 
 
 def _opts(args: list[str], device: str) -> dict[str, str]:

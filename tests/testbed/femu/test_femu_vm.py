@@ -16,14 +16,13 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
 from tests.support.replay_fixtures import two_lifetimes
-from testbed.cli import cli
 from testbed.femu import build as fb
 from testbed.vm import image, state
 from testbed.vm.client import AgentClient
 from testbed.vm.vm import Vm
+from tests.support.cli import kvbed
 
 pytestmark = pytest.mark.vm
 MiB = 1 << 20
@@ -56,9 +55,6 @@ def femu(tmp_path_factory):
     mp.undo()
     assert not leftover, f"tests left VMs behind: {[s.name for s in leftover]}"
 
-
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_fdp_replay_moves_femu_ruh_usage_as_the_hints_said(femu, tmp_path):

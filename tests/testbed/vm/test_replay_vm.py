@@ -16,19 +16,18 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from devicemodels.base import OP_WRITE
 from devicemodels.params import CxlParams, FlashParams, ZnsParams
 from kvreplay.agent.executor import BaseExecutor, OpRefused
 from kvreplay.agent.server import Agent
 from tests.support.replay_fixtures import two_lifetimes
-from testbed.cli import cli
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import to_dict
 from testbed.vm import qemu, state
 from testbed.vm.replay import VmReplay
 from testbed.vm.replay_config import build_vm_config, split_vm_params
+from tests.support.cli import kvbed, one_line_error
 
 MiB = 1 << 20
 PAGE = 1 * MiB
@@ -104,16 +103,6 @@ def trace(tmp_path_factory):
                          long_life_ns=200_000_000, row_group_rows=500)
 
 
-def kvbed(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    err = res.stderr.strip()
-    assert err.startswith("kvbed: error: ") and "\n" not in err, err
-    for f in fragments:
-        assert f in err, (f, err)
 
 
 def result(run_dir) -> dict:
