@@ -17,8 +17,8 @@ from kvbed.core.params import check_fields, param, with_overrides
 @dataclass(frozen=True)
 class FaultParams:
     fault: str = param("", "faults to inject, KIND@TIME[,key=value...], several separated by ';' (each kind "
-                           "and its keys: the fault.KIND parameter sets, `kvbed replay --help`; see README: Faults "
-                           "and recovery contracts)")
+                           "and its keys: the fault.KIND parameter sets, `kvbed replay --help`; see "
+                           "docs/guides/faults.md)")
     contract: str = param("none", "recovery contract every load is checked with (header bytes go to the device)",
                           choices=lambda: CONTRACTS.names())
 

@@ -215,12 +215,13 @@ def test_target_failed_carries_the_completed_prefix():
     assert issubclass(VmDied, TargetFailed)
 
 
-def test_readme_parameter_tables_are_generated_from_the_dataclasses():
+def test_parameter_reference_tables_are_generated_from_the_dataclasses():
 
     from testbed.paramdocs import markdown
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "reference" / "parameters.md").read_text()
     begin = text.index("<!-- params:begin")
     begin = text.index("\n", begin) + 1
     end = text.index("<!-- params:end -->")
-    assert text[begin:end] == markdown(), "README's parameter tables are stale: paste `kvbed params --markdown`"
+    assert text[begin:end] == markdown(), (
+        "docs/reference/parameters.md's tables are stale: python scripts/reference_docs.py")
