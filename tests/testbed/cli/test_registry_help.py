@@ -1,9 +1,9 @@
-"""CLI help and the README list policies, faults, contracts and devices from the registries (issue 19).
+"""CLI help and the docs list policies, faults, contracts and devices from the registries (issue 19).
 
 Each option's help is checked against a copy of its registry with one more entry put in its place: the
 extra name shows up, so the list is read from the registry, not typed. Importing the CLI modules reads no
-registry; the README's hint table is generated from ``HINTS`` and its fault and contract tables name
-exactly the registered kinds and contracts.
+registry; the hint table of docs/guides/replay-and-hints.md is generated from ``HINTS`` and the fault and
+contract tables of docs/guides/faults.md name exactly the registered kinds and contracts.
 """
 
 from __future__ import annotations
@@ -149,17 +149,18 @@ def test_importing_the_cli_reads_no_registry():
     assert json.loads(res.stdout) == []
 
 
-def _readme() -> str:
-    return (ROOT / "README.md").read_text()
+def _guide(name: str) -> str:
+    return (ROOT / "docs" / "guides" / name).read_text()
 
 
-def test_readme_hint_table_is_generated_from_the_registry():
-    text = _readme()
+def test_hint_table_is_generated_from_the_registry():
+    text = _guide("replay-and-hints.md")
     begin = text.index("<!-- registry:hints")
     begin = text.index("\n", begin) + 1
     end = text.index("<!-- registry:end -->", begin)
     want = markdown_table("kvreplay.hints:HINTS", ("policy", "may know"), attr="knows")
-    assert text[begin:end] == want, "README's hint table is stale; it should read:\n" + want
+    assert text[begin:end] == want, ("docs/guides/replay-and-hints.md's hint table is stale "
+                                   "(python scripts/reference_docs.py); it should read:\n" + want)
 
 
 def _table_names(text: str, header: str) -> list[str]:
@@ -173,9 +174,9 @@ def _table_names(text: str, header: str) -> list[str]:
     return rows
 
 
-def test_readme_fault_and_contract_tables_name_every_registered_one():
+def test_fault_and_contract_tables_name_every_registered_one():
     from kvreplay.faults import CONTRACTS, FAULTS
 
-    text = _readme()
+    text = _guide("faults.md")
     assert sorted(_table_names(text, "fault")) == FAULTS.names()
     assert sorted(_table_names(text, "contract")) == CONTRACTS.names()
