@@ -8,7 +8,7 @@ DEMO_DIR ?= results/demo
 
 STUDIES ?= kv-hints-fdp what-decides-death how-many-ruhs fdp-vs-zns
 
-.PHONY: demo test test-fast host-setup venv bench studies clean
+.PHONY: demo test test-fast host-setup venv bench studies docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,13 +37,18 @@ test: host-setup venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not vm"
 
-# The example studies (studies/*.toml, 1-2 minutes each on 2 cores), then the README's findings from them.
+# The example studies (studies/*.toml, 1-2 minutes each on 2 cores), then from them docs/findings.md, the
+# README's findings headline, docs/gallery.md and its images (docs/gallery/).
 studies: venv
 	for s in $(STUDIES); do $(KVBED) study run studies/$$s.toml -o results/studies/$$s -q || exit 1; done
-	$(PY) scripts/studies_readme.py $(addprefix results/studies/,$(STUDIES))
+	$(PY) scripts/studies_docs.py $(addprefix results/studies/,$(STUDIES))
+
+# The docs site (mkdocs.yml, Material) into site/; tests/test_docs_site.py builds it with --strict too.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 bench: venv
 	for b in scripts/bench_*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .cache results/demo
+	rm -rf $(VENV) .cache results/demo site

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Write the findings and the gallery of the docs from finished example studies (``make studies``).
+
+From each study directory given (results/studies/<name>), everything comes from the saved study files:
+
+- docs/findings.md: per study its findings (testbed.study.report.findings) and its end-to-end WAF by hint
+  policy with 95% intervals;
+- the README's headline (between ``<!-- findings:headline -->`` and ``<!-- findings:end -->``): the first
+  finding per device of each study, as docs/findings.md states it (``headline()``; a test keeps them in step);
+- docs/gallery.md and docs/gallery/<study>-<plot>.png: the study's plots, copied from its plots/ directory.
+
+    python scripts/studies_docs.py results/studies/kv-hints-fdp results/studies/...
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FINDINGS_INTRO = """# What kvbed finds
+
+The example studies (`studies/*.toml`) on this repository's traces (the Mooncake conversation trace and the
+synthetic multi-tenant trace), as `make studies` last wrote them: this page is generated from each study's
+table by `scripts/studies_docs.py` (do not edit by hand). A policy's change counts as real only beyond both
+95% intervals. How a study is specified and run: [Studies](guides/studies.md); their plots: [Gallery](gallery.md).
+"""
+
+GALLERY_INTRO = """# Gallery
+
+The plots of the example studies (`studies/*.toml`), as `make studies` last drew them (copied from each
+study's `plots/` by `scripts/studies_docs.py`; do not edit by hand). What they find: [Findings](findings.md).
+"""
+
+#: what each study plot shows (file name without the study prefix -> caption)
+CAPTIONS = {
+    "waf_by_hints": "end-to-end WAF by hint policy, per setting",
+    "gc_stall_by_hints": "foreground GC stall (sum over stalls) by hint policy, per setting",
+    "per_ruh_bytes": "bytes written per reclaim unit handle",
+}
+HEADLINE_BEGIN, HEADLINE_END = "<!-- findings:headline -->", "<!-- findings:end -->"
+
+
+def section(study_dir: Path) -> str:
+    import pandas as pd
+
+    from testbed.study import table
+    from testbed.study.report import findings, interval_note, pivot_markdown
+
+    doc = json.loads((study_dir / "study.json").read_text())
+    df = table.load(study_dir)
+    summary = pd.read_csv(study_dir / "summary.csv")
+    counts = df["status"].value_counts().to_dict()
+    out = [f"## {doc['name']}", "", doc["description"], "",
+           f"`studies/{doc['name']}.toml`: {len(df)} points "
+           f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}), seeds {doc['seeds']}.", ""]
+    out += [f"- {s}" for s in findings(df, doc)] + [""]
+    piv = pivot_markdown(summary, doc)
+    if piv:
+        out += [f"<details markdown=\"1\"><summary>end-to-end WAF by hint policy ({interval_note(summary)})</summary>", "",
+                piv, "", "</details>", ""]
+    return "\n".join(out)
+
+
+def headline(findings_md: str) -> str:
+    """The README's headline, a table read off docs/findings.md: per study and device, the average change of
+    end-to-end WAF against no hints under oracle hints (the future known) and predicted hints (the past only)."""
+    rows = ["| study | device | oracle | predicted | settings |", "|---|---|---|---|---|"]
+    for block in re.split(r"(?m)^## ", findings_md)[1:]:
+        name = block.splitlines()[0].strip()
+        for dev in re.findall(r"(?m)^- On (\S+), ", block):
+            got = {pol: (chg, n) for pol, chg, n in re.findall(
+                rf"(?m)^- {re.escape(dev)}, (oracle|predicted) ([+-][\d.]+%) on average over (\d+) setting", block)}
+            n = next((v[1] for v in got.values()), "-")
+            cells = [got[p][0] if p in got else "within the 95% intervals" for p in ("oracle", "predicted")]
+            rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {n} |")
+    return "\n".join(rows) + "\n"
+
+
+def gallery(study_dirs: list[Path]) -> str:
+    """Copy each study's plots into docs/gallery/ (replacing what was there) and return docs/gallery.md."""
+    dest = ROOT / "docs" / "gallery"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    out = [GALLERY_INTRO]
+    for d in study_dirs:
+        name = json.loads((d / "study.json").read_text())["name"]
+        out += [f"## {name}", "", f"`studies/{name}.toml`, findings: [{name}](findings.md#{name}).", ""]
+        for png in sorted((d / "plots").glob("*.png")):
+            shutil.copyfile(png, dest / f"{name}-{png.name}")
+            caption = CAPTIONS.get(png.stem) or png.stem.replace("_", " ").replace("waf vs ", "end-to-end WAF vs ")
+            out += [f"![{name}: {caption}](gallery/{name}-{png.name})", "", f"*{caption}*", ""]
+    return "\n".join(out)
+
+
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    a = text.index(begin) + len(begin)
+    return text[:a] + "\n" + body + text[text.index(end, a):]
+
+
+def main() -> None:
+    dirs = [Path(d) for d in sys.argv[1:]]
+    findings_md = FINDINGS_INTRO + "\n" + "\n".join(section(d) for d in dirs)
+    (ROOT / "docs" / "findings.md").write_text(findings_md)
+    (ROOT / "docs" / "gallery.md").write_text(gallery(dirs))
+    readme = ROOT / "README.md"
+    readme.write_text(replace_between(readme.read_text(), HEADLINE_BEGIN, HEADLINE_END, headline(findings_md)))
+
+
+if __name__ == "__main__":
+    main()
