@@ -266,7 +266,7 @@ def lines_figure(df: Any, doc: dict[str, Any], axis: str) -> Any:
             if i == 1 and floor is not None:
                 ax.set_yscale("log")
                 ax.set_ylim(bottom=floor)
-            ax.set_xlabel(name)
+            ax.set_xlabel(_axis_label(name))
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3, which="both")
             if i == 1:
@@ -280,6 +280,14 @@ def lines_figure(df: Any, doc: dict[str, Any], axis: str) -> Any:
                 ax.legend(fontsize=7, title="hint policy", title_fontsize=7)
     fig.suptitle(f"End-to-end WAF and KV object load p99 against {name}, a line per hint policy", fontsize=10)
     return fig
+
+
+def _axis_label(name: str) -> str:
+    """A numeric study axis with its unit, from the parameter's name (units in field names)."""
+    for suffix, unit in (("_ratio", "fraction"), ("_bytes", "bytes"), ("_ns", "ns"), ("_s", "s")):
+        if name.endswith(suffix):
+            return f"{name} ({unit})"
+    return name
 
 
 def _per_ruh(study_dir: Path, df: Any) -> bytes | None:

@@ -75,6 +75,7 @@ def test_latency_panels_are_log_and_never_below_0():
     ys = _segments_y(lat)
     assert ys and min(ys) >= lat.get_ylim()[0] * (1 - 1e-9)
     assert "(ms" in lat.get_ylabel() and "op_ratio" in fig._suptitle.get_text()
+    assert lat.get_xlabel() == "op_ratio (fraction)"
     policies = [line for line in waf.get_lines() if not line.get_label().startswith("_")]  # not the CI caps
     assert len({(str(line.get_linestyle()), line.get_marker()) for line in policies}) == 2  # none, oracle differ
 
