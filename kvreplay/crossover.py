@@ -410,10 +410,10 @@ def summary_json(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> list[Path]:
-    """crossover.csv, curves.csv, crossover.json, then crossover.png drawn from the saved files.
+    """crossover.csv, curves.csv and crossover.json (the plot is drawn from them by the testbed:
+    testbed.crossover_plot).
 
-    ``interrupt`` (testbed.interrupt.Interrupt): after a Ctrl-C each file at hand is finished, the plot is
-    not drawn if it had not begun (an older crossover.png is removed: it would show another sweep), and
+    ``interrupt`` (testbed.interrupt.Interrupt): after a Ctrl-C each file at hand is finished and
     crossover.json says ``"incomplete": true`` and where it was interrupted."""
     from kvbed.core.atomicio import write_json
 
@@ -423,76 +423,17 @@ def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> l
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "crossover.csv", CROSSOVER_COLUMNS, result["crossover"])
     _write_csv(out / "curves.csv", CURVE_COLUMNS, result["curves"])
-    doc = {**summary_json(result), "incomplete": False}
-    write_json(out / "crossover.json", doc)
-    paths = [out / "crossover.csv", out / "curves.csv", out / "crossover.json"]
+    write_json(out / "crossover.json", {**summary_json(result), "incomplete": False})
     if stopped():
-        (out / "crossover.png").unlink(missing_ok=True)
-    else:
-        if interrupt is not None:
-            interrupt.enter("plotting")
-        paths.append(plot(out))
-    if stopped():
-        write_json(out / "crossover.json", {**doc, "incomplete": True, "interrupted": interrupt.phase})
-    return paths
+        mark_incomplete(out, interrupt.phase)
+    return [out / "crossover.csv", out / "curves.csv", out / "crossover.json"]
 
 
-def plot(out: Path) -> Path:
-    """crossover.png from curves.csv and crossover.csv: one column of panels per tier, one row per queue
-    depth; load (solid) and recompute (dashed a100, dotted h100, ...) time against object size, log axes."""
-    import matplotlib
+def mark_incomplete(out: Path, phase: str) -> None:
+    """crossover.json says the outputs were interrupted while ``phase``."""
+    import json
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from kvbed.core.atomicio import write_json
 
-    from kvbed.core.atomicio import atomic_path
-
-    with open(out / "curves.csv", newline="") as f:
-        curves = list(csv.DictReader(f))
-    with open(out / "crossover.csv", newline="") as f:
-        xs = list(csv.DictReader(f))
-    tiers = list(dict.fromkeys(r["tier"] for r in curves))
-    qds = sorted({int(r["qd"]) for r in curves})
-    models = list(dict.fromkeys(r["model"] for r in curves))
-    accs = list(dict.fromkeys(r["accelerator"] for r in curves))
-    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(models)}
-    styles = {a: ("--", ":", "-.")[i % 3] for i, a in enumerate(accs)}
-    fig, axes = plt.subplots(len(qds), max(1, len(tiers)), figsize=(3.6 * max(1, len(tiers)), 3.2 * len(qds)),
-                             squeeze=False, sharex=True, sharey=True)
-
-    def series(tier, qd, model, acc, col):
-        pts = [(int(r["tokens"]), int(r[col]) / 1e6) for r in curves
-               if r["tier"] == tier and int(r["qd"]) == qd and r["model"] == model and r["accelerator"] == acc]
-        return zip(*pts) if pts else ((), ())
-
-    for i, qd in enumerate(qds):
-        for j, tier in enumerate(tiers):
-            ax = axes[i][j]
-            for k, m in enumerate(models):  # thinner lines later, so equal curves (same geometry) both show
-                x, y = series(tier, qd, m, accs[0], "load_ns")
-                ax.plot(x, y, "-", color=colors[m], lw=max(0.8, 2.4 - 0.5 * k), label=f"{m} load")
-                for a in accs:
-                    x, y = series(tier, qd, m, a, "recompute_ns")
-                    ax.plot(x, y, styles[a], color=colors[m], lw=1.0, label=f"{m} recompute on {a}")
-            for r in xs:
-                if r["tier"] == tier and int(r["qd"]) == qd and r["crossover_tokens"]:
-                    n = int(r["crossover_tokens"])
-                    ax.axvline(n, color=colors[r["model"]], lw=0.6, ls=styles[r["accelerator"]], alpha=0.6)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.minorticks_off()  # log-axis minor ticks on shared axes make saving slow
-            ax.grid(alpha=0.3, lw=0.4)
-            ax.set_title(f"{tier}, qd {qd}", fontsize=9)
-            if i == len(qds) - 1:
-                ax.set_xlabel("object size (tokens)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=7,
-               bbox_to_anchor=(0.5, -0.02 - 0.025 * math.ceil(len(labels) / 4)))
-    fig.supylabel("time until all q objects are loaded / recomputed (ms)", fontsize=9)
-    fig.suptitle("load vs recompute (vertical lines: crossover sizes)", fontsize=10)
-    path = out / "crossover.png"
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
+    doc = json.loads((out / "crossover.json").read_text())
+    write_json(out / "crossover.json", {**doc, "incomplete": True, "interrupted": phase})

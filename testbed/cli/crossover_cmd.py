@@ -67,8 +67,11 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
         raise Interrupted("during the sweep: nothing written") from None
     paths = []
     if out is not None:
+        from testbed.crossover_plot import draw  # the plot is drawn here, from the files kvreplay wrote
+
         with interruptible() as intr:
             paths = write_outputs(res, out, intr)
+            paths += draw(out, intr)
         if intr():
             raise Interrupted(f"while {intr.phase}: {', '.join(p.name for p in paths)} written, crossover.json "
                               f"marked incomplete, in {out}")

@@ -175,3 +175,47 @@ def test_cli_writes_table_csv_json_and_plot(tmp_path):
 ])
 def test_bad_parameters_are_one_line_errors_with_exit_2(args, fragments):
     one_line_error(kvbed("crossover", "--max-tokens", "8", *args), *fragments)
+
+
+# ------------------------------------------------------------------------------------ the figure (testbed)
+
+
+def test_the_figure_has_a_panel_per_tier_distinct_models_and_each_crossover_labelled(tmp_path):
+    from matplotlib.text import Annotation
+
+    from kvreplay.crossover import write_outputs
+    from testbed.crossover_plot import crossover_figure
+
+    res = sweep(tiers="ssd,remote", models="llama-3-8b,mistral-7b,qwen2.5-7b", accelerators="a100,h100", qd="1,8",
+                hi=64)
+    write_outputs(res, tmp_path)
+    fig = crossover_figure(tmp_path)
+    assert [ax.get_title().split(" ")[0] for ax in fig.axes] == ["ssd", "remote"]  # one panel per tier
+    # llama-3-8b and mistral-7b have the same geometry and prefill profile: one model, named once with both
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "llama-3-8b = mistral-7b" in legend and "qwen2.5-7b" in legend and "mistral-7b" not in legend
+    for ax, tier in zip(fig.axes, ("ssd", "remote")):
+        same = {"mistral-7b": "llama-3-8b"}
+        expect = {(same.get(r["model"], r["model"]), r["accelerator"], r["qd"], r["crossover_tokens"])
+                  for r in res["crossover"] if r["tier"] == tier and r["crossover_tokens"] is not None}
+        notes = [t.get_text() for t in ax.texts if isinstance(t, Annotation)]
+        assert len(notes) == len(expect) > 0, (tier, notes, expect)
+        for m, a, q, n in expect:
+            assert any(t.startswith(f"{n} tok (") and f", {a}, qd {q}" in t and m in t for t in notes), (m, a, q, n)
+        colours = {str(line.get_color()) for line in ax.get_lines() if line.get_linestyle() == "-"}
+        assert len(colours) == 2  # load lines: two distinct models
+    # remote, llama-3-8b on a100 at qd 1: the hand-checked 3 tokens (384 KiB) of test_cli_writes_table...
+    assert "3 tok (384 KiB): llama-3-8b = mistral-7b, a100, qd 1" in [t.get_text() for t in fig.axes[1].texts]
+
+
+def test_the_trace_side_draws_nothing():
+    """Plots are the testbed's (testbed.crossover_plot): kvreplay never imports matplotlib."""
+    import ast
+
+    from tests.support.paths import ROOT
+
+    for path in (ROOT / "kvreplay").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.split(".")[0] == "matplotlib" for n in names), path

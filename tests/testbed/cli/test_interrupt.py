@@ -162,7 +162,7 @@ def test_crossover_interrupted(tmp_path):
     doc = json.loads((out / "crossover.json").read_text())
     assert doc["incomplete"] is True and doc["interrupted"] == "writing results"
     assert not (out / "crossover.png").exists()
-    proc = kvbed_interrupted("kvreplay.crossover:plot", *XO, "-o", out)
+    proc = kvbed_interrupted("testbed.crossover_plot:plot", *XO, "-o", out)
     one_interrupted_line(proc, "while plotting")
     doc = json.loads((out / "crossover.json").read_text())
     assert doc["incomplete"] is True and doc["interrupted"] == "plotting" and (out / "crossover.png").exists()
