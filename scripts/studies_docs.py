@@ -39,7 +39,7 @@ study's `plots/` by `scripts/studies_docs.py`; do not edit by hand). What they f
 
 #: what each study plot shows (file name without the study prefix -> caption)
 CAPTIONS = {
-    "waf_by_hints": "end-to-end WAF by hint policy, per setting",
+    "waf_by_hints": "end-to-end WAF by hint policy: change vs none (%), per setting",
     "gc_stall_by_hints": "foreground GC stall (sum over stalls) by hint policy, per setting",
     "per_ruh_bytes": "bytes written per reclaim unit handle",
 }
