@@ -46,7 +46,7 @@ def params(names: tuple[str, ...], markdown: bool, presets: bool) -> None:
     if markdown:
         if keys or runs:
             raise KvbedError("--markdown prints parameter sets; give SET names only")
-        click.echo(md(sets or None if names else None), nl=False)
+        click.echo(md(sets or None), nl=False)
         return
     con = console(False)
     for n in names:
