@@ -151,11 +151,13 @@ class DeviceModel(abc.ABC):
                     owners = [n for n, c in cls.param_classes.items() if k in field_types(c)]
                     g = owners[0] if owners else ""
                 if g not in base:
-                    split_overrides([f"{key}=0"], cls.param_classes)  # raises the standard unknown-key error
+                    split_overrides([f"{key}=0"], cls.param_classes,  # raises the standard unknown-key error
+                                    labels={g: f"device {cls.name}" for g in cls.param_classes})
                 base[g] = with_overrides(base[g], {k: val})
         else:
-            for g, kv in split_overrides(list(overrides), cls.param_classes).items():
-                base[g] = with_overrides(base[g], kv)
+            labels = {g: f"device {cls.name}" for g in cls.param_classes}
+            for g, kv in split_overrides(list(overrides), cls.param_classes, labels=labels).items():
+                base[g] = with_overrides(base[g], kv, label=f"device {cls.name}")
         return base
 
     def config(self) -> dict[str, Any]:

@@ -373,8 +373,13 @@ def run_crossover(p: CrossoverParams, cost_pairs: list[str] = (), device_pairs: 
         log(f"tier {tname}: {len(memo)} load measurements")
     unused = [kv for kv in device_pairs if not any(_takes(DEVICES.get(d).param_classes, kv) for d in used_devices)]
     if unused:
-        raise KvbedError(f"--param: unknown parameter {unused[0].split('=', 1)[0]!r} (not a crossover, cost or "
-                         "device parameter of the swept tiers; `kvbed params` lists them)")
+        from kvbed.core.params import unknown_in_groups
+
+        classes = {"crossover": CrossoverParams, "cost": CostParams,
+                   **{f"{g}@{d}": c for d in used_devices for g, c in DEVICES.get(d).param_classes.items()}}
+        labels = {g: f"device {g.partition('@')[2]}" if "@" in g else g for g in classes}
+        key = unused[0].split("=", 1)[0].strip().replace("-", "_").rpartition(".")[2]
+        raise KvbedError(unknown_in_groups("--param", key, classes, labels))
     return {
         "config": {"crossover": to_dict(p), "cost_overrides": list(cost_pairs),
                    "device_overrides": list(device_pairs), "grid_tokens": grid.tolist()},

@@ -14,6 +14,7 @@ Values accept unit suffixes that match the field's unit: ``ru_bytes=16MiB``, ``b
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -89,11 +90,39 @@ def check_choice(name: str, value: Any, choices: Sequence[str] | None) -> None:
         raise KvbedError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
 
 
-def check_fields(obj: Any) -> Any:
-    """Check every field with choices of a parameter dataclass instance; returns ``obj``."""
+def check_fields(obj: Any, label: str | None = None) -> Any:
+    """Check every field with choices of a parameter dataclass instance; returns ``obj``. ``label`` names
+    the owner in the error (``fault power-loss``), so a value is never reported without its set."""
     for fld in dataclasses.fields(obj):
-        check_choice(fld.name, getattr(obj, fld.name), choices_of(fld))
+        check_choice(f"{label}: {fld.name}" if label else fld.name, getattr(obj, fld.name), choices_of(fld))
     return obj
+
+
+def label_of(cls: type) -> str:
+    """What a parameter set is called in an error when its caller does not say: its ``LABEL`` class
+    attribute if it has one, else its qualified name (``PowerLoss.Params``, not ``Params``)."""
+    return getattr(cls, "LABEL", None) or cls.__qualname__
+
+
+def near_matches(key: str, known: Iterable[str]) -> list[str]:
+    """The known keys a mistyped ``key`` is closest to (difflib), best first; at most three."""
+    known = list(known)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    return close or [k for k in known if key and (key in k or k in key)][:3]
+
+
+def unknown_key_text(what: str, key: str, owner: str, keys: Iterable[str]) -> str:
+    """``--param: unknown parameter 'idx' of fault power-loss (did you mean index?); its keys: ...``."""
+    keys = list(keys)
+    near = near_matches(key, keys)
+    return f"{what}: unknown parameter {key!r} of {owner}{did_you_mean(near)}; its keys: {', '.join(keys)}"
+
+
+def did_you_mean(near: Sequence[str]) -> str:
+    """`` (did you mean a, b or c?)``, or "" when nothing is near."""
+    if not near:
+        return ""
+    return f" (did you mean {', '.join(near[:-1]) + ' or ' if len(near) > 1 else ''}{near[-1]}?)"
 
 
 def format_size(n: int) -> str:
@@ -217,9 +246,11 @@ def describe(cls: type) -> list[dict[str, Any]]:
     return rows
 
 
-def with_overrides(obj: D, pairs: Iterable[str] | dict[str, Any], *, what: str = "--param") -> D:
+def with_overrides(obj: D, pairs: Iterable[str] | dict[str, Any], *, what: str = "--param",
+                   label: str | None = None) -> D:
     """Return ``obj`` with ``k=v`` strings (or a dict of values, text or typed) applied; every value is
-    parsed with its field's unit and checked against its field's choices."""
+    parsed with its field's unit and checked against its field's choices. ``label`` names the set in an
+    unknown-key error (``fault power-loss``, ``device fdp``; default :func:`label_of`)."""
     hints = field_types(type(obj))
     fields = {f.name: f for f in dataclasses.fields(obj)}
     changes: dict[str, Any] = {}
@@ -227,10 +258,7 @@ def with_overrides(obj: D, pairs: Iterable[str] | dict[str, Any], *, what: str =
     for key, val in items:
         key = key.strip().replace("-", "_")
         if key not in hints:
-            raise KvbedError(
-                f"{what}: unknown parameter {key!r} for {type(obj).__name__} "
-                f"(known: {', '.join(hints)})"
-            )
+            raise KvbedError(unknown_key_text(what, key, label or label_of(type(obj)), hints))
         fld = fields[key]
         if isinstance(val, str) and hints[key] is not str:
             val = parse_value(key, hints[key], val, fld.metadata.get("unit"))
@@ -264,11 +292,14 @@ def with_options(pairs: Iterable[str], options: dict[str, Any] | None, *, what: 
     return out
 
 
-def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str = "--param") -> dict[str, list[str]]:
+def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str = "--param",
+                    labels: dict[str, str] | None = None) -> dict[str, list[str]]:
     """Route ``k=v`` pairs to whichever of several dataclasses has field ``k``.
 
     ``classes`` maps a group name to a dataclass; a key may also be qualified as
-    ``group.key``. Unknown keys raise one error listing every known key.
+    ``group.key``. An unknown key raises one error naming the sets it was looked for in (``labels``: group
+    -> what the set is called, e.g. ``{"hint": "hints oracle", "flash": "device fdp"}``; default the group
+    names) with the keys of each and the nearest matches.
     """
     out: dict[str, list[str]] = {g: [] for g in classes}
     pairs = expand_presets(list(pairs), classes, what=what)
@@ -277,16 +308,29 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
         k = k.strip().replace("-", "_")
         if "." in k:
             g, k = k.split(".", 1)
-            if g not in classes or k not in field_types(classes[g]):
-                raise KvbedError(f"{what}: unknown parameter {g}.{k}")
+            if g not in classes:
+                raise KvbedError(f"{what}: unknown parameter group {g!r} in {g}.{k} (groups: {', '.join(classes)})")
+            if k not in field_types(classes[g]):
+                raise KvbedError(unknown_key_text(what, k, (labels or {}).get(g, g), field_types(classes[g])))
             out[g].append(f"{k}={v}")
             continue
         owners = [g for g, c in classes.items() if k in field_types(c)]
         if not owners:
-            known = sorted({f for c in classes.values() for f in field_types(c)})
-            raise KvbedError(f"{what}: unknown parameter {k!r} (known: {', '.join(known)})")
+            raise KvbedError(unknown_in_groups(what, k, classes, labels))
         out[owners[0]].append(f"{k}={v}")
     return out
+
+
+def unknown_in_groups(what: str, key: str, classes: dict[str, type], labels: dict[str, str] | None = None) -> str:
+    """The one-line error for ``key`` found in none of ``classes``: the sets by name (groups with the same
+    label merged), each with its keys, and the nearest matches over all of them."""
+    by_owner: dict[str, list[str]] = {}
+    for g, c in classes.items():
+        keys = by_owner.setdefault((labels or {}).get(g, g), [])
+        keys += [f for f in field_types(c) if f not in keys]
+    hint = did_you_mean(near_matches(key, sorted({f for ks in by_owner.values() for f in ks})))
+    listing = "; ".join(f"{o}: {', '.join(ks)}" for o, ks in by_owner.items() if ks)
+    return f"{what}: unknown parameter {key!r} for {', '.join(o for o, ks in by_owner.items() if ks)}{hint}; keys of {listing}"
 
 
 def expand_presets(pairs: list[str], classes: dict[str, type], *, what: str = "--param") -> list[str]:

@@ -52,7 +52,7 @@ class Fault:
 
     def validate(self) -> None:
         """Checks that need no trace (ranges); the kind adds its own."""
-        check_fields(self.p)
+        check_fields(self.p, label=f"fault {self.name}")
         if self.p.at_ns < 0:
             raise self.error(f"at_ns: the time must be >= 0, got {self.p.at_ns}")
 

@@ -54,7 +54,7 @@ def parse_fault(text: str) -> Fault:
             raise KvbedError(f"--fault {text!r}: the time is the @TIME part, not a key")
         pairs[k.strip()] = v.strip()
     try:
-        params = with_overrides(cls.Params(), pairs, what=f"--fault {text!r}")
+        params = with_overrides(cls.Params(), pairs, what=f"--fault {text!r}", label=f"fault {cls.name}")
     except KvbedError as exc:
         msg = str(exc)
         raise KvbedError(msg if msg.startswith("--fault") else f"--fault {text!r}: {msg}") from None

@@ -113,14 +113,14 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
     policy_cls = HINTS.get(hints)
     classes = {"replay": ReplayParams, "layout": LayoutParams, "faults": FaultParams, "hint": policy_cls.Params,
                **device_cls.param_classes}
-    routed = split_overrides(with_options(params, options), classes)
+    routed = split_overrides(with_options(params, options), classes, labels=replay_labels(device, hints, classes))
     replay = with_overrides(ReplayParams(), routed["replay"]).validate()
     layout = with_overrides(LayoutParams(), routed["layout"]).validate()
     faults = with_overrides(FaultParams(), routed["faults"]).validate()
-    hint_params = with_overrides(policy_cls.Params(), routed["hint"])
+    hint_params = with_overrides(policy_cls.Params(), routed["hint"], label=f"hints {hints}")
     groups = apply_defaults({g: c() for g, c in device_cls.param_classes.items()})
     for g in device_cls.param_classes:
-        groups[g] = with_overrides(groups[g], routed[g])
+        groups[g] = with_overrides(groups[g], routed[g], label=f"device {device}")
     explicit = set()
     for g in device_cls.param_classes:
         explicit |= explicit_keys(routed[g])
@@ -129,6 +129,13 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
     path = Path(trace).expanduser().resolve()
     return RunConfig(trace=str(path), device=device, hints=hints, replay=replay, layout=layout,
                      hint_params=hint_params, device_params=groups, explicit=sorted(explicit), faults=faults)
+
+
+def replay_labels(device: str, hints: str, classes: dict[str, type]) -> dict[str, str]:
+    """What each parameter group of a replay is called in an unknown-key error: the replay's own sets by
+    name, the hint policy and the device by theirs."""
+    own = {"replay": "replay", "layout": "layout", "faults": "faults", "hint": f"hints {hints}"}
+    return {g: own.get(g, f"device {device}") for g in classes}
 
 
 def tier_policy(meta: S.TraceMeta, tier: str) -> str | None:

@@ -26,7 +26,7 @@ from kvreplay import schema as S
 from kvreplay.costmodel import CostParams
 from kvreplay.hints import HINTS
 from kvreplay.layout.params import LayoutParams
-from kvreplay.replay.config import RunConfig, build_config
+from kvreplay.replay.config import RunConfig, build_config, replay_labels
 from kvreplay.replay.engine import Progress, Replay
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.result import latency_rows
@@ -143,7 +143,9 @@ def build_multitier_config(trace: str | Path, tiers: list[str], tier_devices: di
         if not owners:
             every = {**model_classes, **{f"{g}@{t}": c for t in tiers
                                          for g, c in _tier_classes(devices[t], policies[t]).items()}}
-            split_overrides([pair], every)  # raises the standard unknown-key error listing every key
+            labels = {f"{g}@{t}": lab if g in ("replay", "layout") else f"tier {t} {lab}" for t in tiers
+                      for g, lab in replay_labels(devices[t], policies[t], _tier_classes(devices[t], policies[t])).items()}
+            split_overrides([pair], every, labels=labels)  # raises the standard unknown-key error listing every key
         for t in owners:
             per_tier[t].append(pair)
     routed = split_overrides(model_pairs, model_classes)

@@ -55,6 +55,44 @@ REPLAY_DEFAULTS: dict[str, dict[str, Any]] = {
     "dram": {"page_bytes": 1 * MiB},
 }
 
+#: the device fields a replay sets itself unless the user gives them, by parameter group: field -> how.
+#: ``kvbed params`` marks them, ``kvbed params RUN_DIR`` marks the values a run got this way. A test checks
+#: that every field REPLAY_DEFAULTS or the sizing below changes is listed here.
+AUTO_SIZED: dict[str, dict[str, str]] = {
+    "flash": {"page_bytes": "1MiB mapping unit", "pages_per_block": "1 (a block is one mapping unit)",
+              "logical_bytes": "peak live data / fill_ratio",
+              "channels": "raised until the trace's write rate fits (write_utilization)",
+              "dies_per_channel": "raised until the trace's write rate fits (write_utilization)",
+              "blocks_per_line": "full stripe, halved on small devices"},
+    "fdp": {"ru_bytes": "full stripe of the reclaim group, halved on small devices"},
+    "zns": {"zone_bytes": "over every die, halved on small devices",
+            "zone_cap_bytes": "zone_bytes x the default writable share"},
+    "cxl": {"page_bytes": "1MiB mapping unit", "cxl_bytes": "peak live data / fill_ratio"},
+    "dram": {"page_bytes": "1MiB mapping unit", "dram_bytes": "peak live data / fill_ratio"},
+}
+
+def sized_by_replay(sizing: dict[str, Any] | None, explicit: set[str], groups: Any) -> set[str]:
+    """``group.field`` of every device field a run's replay set itself, read from the run's sizing record
+    (config.json ``sizing``) and the fields the user gave (``explicit``, bare or ``group.field``)."""
+    rec = sizing or {}
+    out = set()
+    for g in groups:
+        for f in AUTO_SIZED.get(g, {}):
+            if f in explicit or f"{g}.{f}" in explicit:
+                continue
+            if f in REPLAY_DEFAULTS.get(g, {}):
+                done = True
+            elif f == CAPACITY_FIELDS.get(g):
+                done = rec.get("mode") == "auto"
+            elif f in ("channels", "dies_per_channel"):
+                done = (rec.get("parallelism") or {}).get("mode") == "auto"
+            else:
+                done = f in rec
+            if done:
+                out.add(f"{g}.{f}")
+    return out
+
+
 # Fields the sizing may set itself when the user did not, by parameter group (the first present wins:
 # a cxl-ssd has flash and cxl groups, and its capacity is the flash's).
 CAPACITY_FIELDS = {"flash": "logical_bytes", "cxl": "cxl_bytes", "dram": "dram_bytes"}
@@ -256,7 +294,7 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
     if strict and peak_live_pages > usable:
         if owner:
             need = format_size(math.ceil(peak_live_pages / max(usable, 1) * logical / MiB) * MiB)
-            fix = (f"start a VM with {cap_field} of at least ~{need} (`kvbed up ... {cap_field}=...`), or drop "
+            fix = (f"start a VM with {cap_field} of at least ~{need} (`kvbed up ... --param {cap_field}=...`), or drop "
                    f"--vm for a VM sized from the trace, or --param strict_capacity=false to let the layout "
                    f"evict by the tier's policy")
         else:

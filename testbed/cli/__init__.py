@@ -39,6 +39,15 @@ class UserError(click.ClickException):
         click.echo(f"kvbed: error: {self.format_message()}", err=True, file=file)
 
 
+def usage_error(exc: click.UsageError) -> UserError:
+    """A click usage error (missing argument, bad choice, unknown option) as the one line every other error is:
+    the command, click's message, where help is."""
+    path = exc.ctx.command_path if exc.ctx is not None else "kvbed"
+    cmd = path.partition(" ")[2]
+    msg = " ".join(exc.format_message().split()).rstrip(".")
+    return UserError(f"{cmd + ': ' if cmd else ''}{msg} (`{path} --help`)")
+
+
 class InterruptedExit(click.ClickException):
     """Ctrl-C: one line saying what was kept, exit status 130 (128 + SIGINT)."""
 
@@ -73,9 +82,21 @@ class KvbedGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise usage_error(exc) from None
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:  # a group given no command shows its help, as click does
+            raise
+        except click.UsageError as exc:
+            raise usage_error(exc) from None
         except KvbedError as exc:
             raise UserError(str(exc)) from None
         except Interrupted as exc:
@@ -84,7 +105,7 @@ class KvbedGroup(click.Group):
             raise InterruptedExit("") from None
 
 
-@click.group(cls=KvbedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group("kvbed", cls=KvbedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="kvbed")
 def cli() -> None:
     """kvbed: does the KV cache's lifecycle (lifetime, hotness, type) cut write

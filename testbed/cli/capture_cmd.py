@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from testbed.cli.options import param_option
 from testbed.cli.console import console, facts_table
 from kvbed.core.params import with_options, with_overrides
 
@@ -65,7 +66,7 @@ def _line(d: dict[str, Any]) -> Text:
               help="also record the frames as received (re-decode with kvbed trace import vllm-events FILE)")
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="lifecycle trace to write (.parquet); valid after every flush")
-@click.option("--param", "params", multiple=True, metavar="K=V", help="any capture field (kvbed params capture)")
+@param_option("any capture field (`kvbed params capture`)")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str | None, duration_s: str | None,
                 model: str | None, tokens_per_block: str | None, engine: str, media: tuple[str, ...],

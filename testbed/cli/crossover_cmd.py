@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import click
 
+from testbed.cli.options import field_option, param_option
 from kvbed.core.errors import Interrupted, KvbedError
 from kvreplay.crossover import CrossoverParams
 from testbed.interrupt import interruptible
@@ -20,8 +21,7 @@ def _options(f: Callable) -> Callable:
     defaults = CrossoverParams()
     for fld in reversed(dataclasses.fields(CrossoverParams)):
         if fld.metadata.get("cli"):
-            f = click.option("--" + fld.name.replace("_", "-"), fld.name, type=str, default=None,
-                             help=f"{fld.metadata['help']} [default: {getattr(defaults, fld.name)}]")(f)
+            f = field_option(fld, str(getattr(defaults, fld.name)), type=str, default=None)(f)
     return f
 
 
@@ -35,9 +35,8 @@ def _epilog() -> str:
 
 @click.command("crossover", epilog=_epilog())
 @_options
-@click.option("--param", "params", multiple=True, metavar="K=V",
-              help="a crossover, cost-model or device parameter, e.g. remote_bytes_per_s=12.5e9 "
-                   "prefill_tokens_per_s=20000 load_ns=400 (repeatable)")
+@param_option("a crossover, cost-model or device parameter, e.g. remote_bytes_per_s=12.5e9 "
+              "prefill_tokens_per_s=20000 load_ns=400")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write crossover.csv, curves.csv, crossover.json and crossover.png here")
 @click.option("--json", "as_json", is_flag=True, help="print the results (without the curves) as JSON")

@@ -15,6 +15,7 @@ import click
 
 from kvbed.core.errors import Interrupted, KvbedError
 from kvbed.core.params import with_options
+from testbed.cli.options import param_option
 from testbed.cli.registry_help import LazyHelpOption, names
 
 
@@ -161,8 +162,8 @@ def _print_summary(res: dict) -> None:
               help="Share of the dies' program bandwidth used by host writes plus GC (warm-up WAF).")
 @click.option("--placement", type=click.Choice(["mixed", "separate"]), default=None,
               help="Placement ids per stream (default: separate for hotcold on a multi-RUH device).")
-@click.option("--param", "params", multiple=True, metavar="K=V", help="Device parameter override (repeatable).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@param_option("device parameter override, e.g. op_ratio=7% nruh=8")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload's and the device's random choices.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-o", "--output", type=click.Path(file_okay=False), default=None, help="Write DIR/result.json.")
 def run_cmd(device_name, workload, op_ratio, gc_policy, pages, writes_x, warmup_x, no_fill, bs_pages, read_frac,

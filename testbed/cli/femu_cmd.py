@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from testbed.cli.options import param_option
 from testbed.cli.registry_help import LazyChoice
 
 
@@ -51,7 +52,7 @@ def build_cmd(src, jobs, force, quiet):
 
 @femu.command("status")
 @click.option("--src", default=None, metavar="DIR|TARBALL", help="the source to check (default: the vendored tarball)")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
 def status_cmd(src, as_json):
     """Whether FEMU is built for the source, the build packages, the cached builds."""
     from testbed.femu import build as fb
@@ -79,16 +80,16 @@ def status_cmd(src, as_json):
 
 
 @femu.command("args")
-@click.option("--device", "-d", required=True, type=LazyChoice("testbed.femu.devices:FEMU_DEVICES"))
-@click.option("--param", "-p", "params", multiple=True, metavar="K=V", help="device or VM parameter")
-@click.option("--json", "as_json", is_flag=True)
-@click.argument("kv", nargs=-1, metavar="[K=V]...")
-def args_cmd(device, params, as_json, kv):
+@click.option("--device", "-d", required=True, type=LazyChoice("testbed.femu.devices:FEMU_DEVICES"),
+              help="FEMU device kind the parameters are mapped onto")
+@param_option("device or VM parameter, e.g. nruh=8 ru_bytes=16MiB")
+@click.option("--json", "as_json", is_flag=True, help="print the options and their mapping as JSON")
+def args_cmd(device, params, as_json):
     """The FEMU device options for DEVICE with these parameters, and where each value comes from."""
     from testbed.femu import devices as fd
     from testbed.vm import qemu
 
-    p = qemu.resolve_params(device, list(params) + list(kv))
+    p = qemu.resolve_params(device, list(params))
     m = fd.femu_mapping(device, p)
     if as_json:
         click.echo(json.dumps({"args": m.args(), "mapping": [r._asdict() for r in m.rows],

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from kvreplay.replay.params import ReplayParams
+from testbed.cli.options import field_option, param_option
 from testbed.cli.registry_help import LazyChoice, LazyHelpOption, names, pairs
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.interrupt import interruptible
@@ -50,13 +51,12 @@ def _replay_options(f: Callable) -> Callable:
     for fld in reversed(dataclasses.fields(ReplayParams)):
         if not fld.metadata.get("cli"):
             continue
-        name = "--" + fld.name.replace("_", "-")
-        help_ = f"{fld.metadata['help']} [default: {getattr(defaults, fld.name)}]"
+        default = str(getattr(defaults, fld.name))
         if fld.type in (bool, "bool"):
-            f = click.option(name, fld.name, is_flag=True, default=None, help=help_)(f)
+            f = field_option(fld, default, is_flag=True, default=None)(f)
         else:
             metavar = {"int": "N", "float": "X"}.get(str(fld.type), "NAME")
-            f = click.option(name, fld.name, type=str, default=None, metavar=metavar, help=help_)(f)
+            f = field_option(fld, default, type=str, default=None, metavar=metavar)(f)
     return f
 
 
@@ -112,11 +112,6 @@ def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
         yield _RichProgress(prog)
 
 
-def _default_out(trace: str, device: str, hints: str, seed: int) -> Path:
-    stem = Path(trace).name.split(".")[0]
-    return Path("results") / f"{stem}-{device}-{hints}-s{seed}"
-
-
 class _ReplayCommand(click.Command):
     """The --param keys of the epilog come from every parameter set (VM, capture, ... included): imported for
     --help only, not by every replay."""
@@ -155,9 +150,8 @@ class _ReplayCommand(click.Command):
 @click.option("--contract", "contract", default=None, metavar="NAME", cls=LazyHelpOption,
               lazy_help={"names": names("kvreplay.faults:CONTRACTS")},
               help="recovery contract every load is checked with: {names} [default: none]")
-@click.option("--param", "params", multiple=True, metavar="K=V",
-              help="any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
-                   "classes=4 logical_bytes=2TiB (repeatable)")
+@param_option("any replay/layout/hint/device parameter, e.g. ru_bytes=1GiB op_ratio=7% error_rate=0.1 "
+              "classes=4 logical_bytes=2TiB")
 @click.option("--target", "target", type=click.Choice(["embedded", "vm"]), default=None,
               help="where the ops go: the embedded device model, or a QEMU VM (guest kernel + emulated device; "
                    "the model of the same geometry still gives WAF/GC) [default: embedded; vm with --vm]")
@@ -167,7 +161,8 @@ class _ReplayCommand(click.Command):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="rerun a finished run from its config.json (other options must not be given)")
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="run directory [default: results/<trace>-<device>-<hints>-s<seed>]")
+              help="run directory [default: results/<trace>-<device>-<hints>[-<fault>...][-contract-<name>]-s<seed>; "
+                   "with --tiers results/<trace>-<tier>.<device>[.<hints>]...-s<seed>]")
 @click.option("--no-plots", is_flag=True, help="do not draw the PNG plots")
 @click.option("-q", "--quiet", is_flag=True, help="no progress bar and no summary table")
 @click.option("--json", "as_json", is_flag=True, help="print the job summary as JSON")
@@ -185,11 +180,12 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
       kvbed replay mc.parquet --device zns --hints predicted --param fill_ratio=1.0
       kvbed replay --config results/oracle/config.json -o results/oracle-again
       kvbed replay sample.parquet --target vm --device fdp --hints oracle   # ephemeral VM
-      kvbed up --device fdp --name f0 logical_bytes=8GiB && kvbed replay sample.parquet --vm f0
+      kvbed up --device fdp --name f0 --param logical_bytes=8GiB && kvbed replay sample.parquet --vm f0
       kvbed replay mc.parquet --tiers cpu,cxl,ssd --tier-device cxl=cxl-ssd --hints ssd=oracle --on-hit best
     """
     from kvreplay.replay.engine import Replay, RunConfig, build_config
     from testbed.results import check_out_dir, write_run
+    from testbed.runname import default_run_dir
 
     given = {k: v for k, v in options.items() if v is not None}
     fault_texts = list(faults)
@@ -239,8 +235,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
             cfg = build_vm_config(trace, device, hints or "none", list(params), given, vm=vm_name)
         else:
             cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
-    out = check_out_dir(out or _default_out(cfg.trace, cfg.device + ("-vm" if on_vm else ""), cfg.hints,
-                                            cfg.replay.seed))
+    out = check_out_dir(out or default_run_dir(cfg, on_vm=on_vm))
 
     with interruptible() as intr:
         intr.enter("replay")
@@ -287,6 +282,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
                   no_plots: bool, quiet: bool, as_json: bool, given: dict[str, Any]) -> None:
     from kvreplay.replay.multitier import MultiTierConfig, MultiTierReplay, build_multitier_config, parse_tier_map
     from testbed.results import check_out_dir, write_run
+    from testbed.runname import default_run_dir
 
     if config_path is not None:
         if trace or tiers or tier_devices or hints or on_hit or params or given:
@@ -300,8 +296,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         hint_map = {"": hints} if hints and "=" not in hints else parse_tier_map([hints or ""], "--hints", names)
         cfg = build_multitier_config(trace, names, parse_tier_map(tier_devices, "--tier-device", names), hint_map,
                                      list(params), {**given, "on_hit": on_hit})
-    first = next(iter(cfg.tiers.values()))
-    out = check_out_dir(out or _default_out(cfg.trace, "tiers-" + "-".join(cfg.tiers), first.hints, first.replay.seed))
+    out = check_out_dir(out or default_run_dir(cfg))
     with interruptible() as intr:
         intr.enter("replay")
         with _progress(not quiet) as prog:

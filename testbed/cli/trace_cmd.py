@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from testbed.cli.options import field_option, param_option
 from testbed.cli.console import console, facts_table
 from testbed.cli.registry_help import LazyChoice, LazyHelpOption, RegistryEpilogCommand, names
 from kvbed.core.errors import Interrupted, KvbedError
@@ -62,8 +63,8 @@ def tier_options(base: Any) -> Any:
         for fld in reversed(dataclasses.fields(base)):
             help_ = fld.metadata.get("help", "")
             default = getattr(base, fld.name)
-            f = click.option(_opt_name(fld.name), fld.name, default=None, metavar="V",
-                             help=f"{help_} [default: {_show_default(fld.name, default) or 'none'}]")(f)
+            f = field_option(fld, _show_default(fld.name, default) or "none", name=_opt_name(fld.name), default=None,
+                             metavar="V")(f)
         f = click.option("--policy", "policy", multiple=True, metavar="NAME|TIER=NAME", cls=LazyHelpOption,
                          lazy_help={"names": names("kvreplay.tiers.policies:EVICTION_POLICIES"),
                                     "tiers": names("kvreplay.tiers:SIM_TIERS")},
@@ -214,7 +215,7 @@ def _synth_defaults() -> Any:
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="lifecycle trace to write (.parquet)")
 @tier_options(_import_defaults())
-@click.option("--param", "params", multiple=True, metavar="K=V", help="any tier simulator field, e.g. ssd_bytes=1TiB")
+@param_option("any tier simulator field, e.g. ssd_bytes=1TiB")
 @click.option("--drop-inconsistent", is_flag=True,
               help="request-level sources: drop the lines whose hash_ids do not match their input_length "
                    "(counted in the source facts) instead of refusing the file at the first one")
@@ -302,8 +303,7 @@ def _synth_help() -> str:
 @click.option("--sessions-per-s", type=float, default=None, help="session arrival rate [default: 1.2]")
 @click.option("--tenants", type=int, default=None, help="tenants (profiles chat, rag, agent, batch) [default: 4]")
 @tier_options(_synth_defaults())
-@click.option("--param", "params", multiple=True, metavar="K=V",
-              help="any synth or tier simulator field (see below), e.g. rag_corpus_docs=2000")
+@param_option("any synth or tier simulator field (see below), e.g. rag_corpus_docs=2000")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def synth_cmd(out: Path, seed: int | None, duration_s: float | None, sessions_per_s: float | None,
               tenants: int | None, params: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:

@@ -6,7 +6,7 @@ conv/FDP/ZNS device, its options derived from the same parameters (``kvbed femu 
 Device parameters are the model's own dataclass fields (``ru_bytes=16MiB``,
 ``nruh=8``, ``zone_bytes=64MiB``, ``cxl_bytes=512MiB``) plus the VM's
 (``mem_bytes``, ``cpus``, ``mdts_bytes``, ``zasl_bytes``), given as ``k=v``
-arguments or ``--param k=v``.
+``--param k=v`` (``-p k=v``), as every command takes parameters.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import format_size
+from testbed.cli.options import param_option
 from testbed.cli.registry_help import LazyChoice, LazyHelpOption, names
 
 
@@ -43,15 +44,13 @@ def _key_params(st_params: dict, device: str) -> str:
               lazy_help={"names": names("testbed.vm.backends:BACKENDS")},
               help="emulator: {names} (femu needs `kvbed femu build` first)")
 @click.option("--name", "-n", default=None, help="VM name (default: <device><n>)")
-@click.option("--param", "-p", "params", multiple=True, metavar="K=V",
-              help="device or VM parameter, e.g. ru_bytes=16MiB nruh=8 zone_bytes=64MiB mem_bytes=1GiB")
+@param_option("device or VM parameter, e.g. ru_bytes=16MiB nruh=8 zone_bytes=64MiB mem_bytes=1GiB")
 @click.option("--accel", type=click.Choice(["auto", "kvm", "tcg"]), default="auto", show_default=True,
               help="auto probes KVM once per host and falls back to TCG")
 @click.option("--port", type=int, default=None, help="host loopback port for the agent (default: a free one)")
 @click.option("--boot-timeout", type=float, default=90.0, show_default=True, help="seconds to wait for the agent")
 @click.option("--json", "as_json", is_flag=True, help="print the VM's state as JSON")
-@click.argument("kv", nargs=-1, metavar="[K=V]...")
-def up(device, backend, name, params, accel, port, boot_timeout, as_json, kv):
+def up(device, backend, name, params, accel, port, boot_timeout, as_json):
     """Start a VM with an emulated DEVICE and wait until its guest agent answers."""
     from testbed.vm.backends import BACKENDS
     from testbed.vm.vm import Vm
@@ -60,7 +59,7 @@ def up(device, backend, name, params, accel, port, boot_timeout, as_json, kv):
 
     console = Console(stderr=True)
     t0 = time.monotonic()
-    vm = Vm.up(device, name=name, overrides=list(params) + list(kv), accel=accel, port=port,
+    vm = Vm.up(device, name=name, overrides=list(params), accel=accel, port=port,
                boot_timeout_s=boot_timeout, log=lambda s: console.print(f"[dim]{s}[/dim]"), backend=backend.lower())
     st = vm.state
     if as_json:
@@ -129,7 +128,7 @@ def image_build(force, kernel_deb):
 
 
 @image.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the images as JSON")
 def image_list(as_json):
     """List cached images; the one the current recipe uses is marked."""
     from testbed.vm import image as im

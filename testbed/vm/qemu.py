@@ -255,11 +255,12 @@ def device(name: str) -> VmDevice:
 def resolve_params(device_name: str, overrides=(), base: dict[str, dict] | None = None) -> dict[str, Any]:
     """``k=v`` overrides (and an optional saved config) -> validated dataclasses by group."""
     dev = device(device_name)
-    groups = split_overrides(list(overrides), dev.param_classes, what="--param")
+    labels = {g: "VM" if g == "vm" else f"device {device_name}" for g in dev.param_classes}
+    groups = split_overrides(list(overrides), dev.param_classes, what="--param", labels=labels)
     out = {}
     for g, cls in dev.param_classes.items():
         obj = from_dict(cls, base[g], where=f"params.{g}") if base and g in base else cls()
-        out[g] = with_overrides(obj, groups[g], what="--param")
+        out[g] = with_overrides(obj, groups[g], what="--param", label=labels[g])
     dev.validate(out)
     return out
 

@@ -25,3 +25,8 @@ def one_line_error(res, *fragments):
     for f in fragments:
         assert f in err, (f, err)
     assert "Traceback" not in res.output + res.stderr
+
+
+def params(*pairs):
+    """``("a=1", "b=2")`` -> ``["--param", "a=1", "--param", "b=2"]``: how every command takes parameters."""
+    return [x for p in pairs for x in ("--param", p)]

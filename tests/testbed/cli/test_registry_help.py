@@ -108,7 +108,7 @@ def test_rendered_help_follows_the_registry(monkeypatch):
     assert DUMMY not in ok(kvbed("replay", "--help")).output
     monkeypatch.setattr(kvreplay.faults, "CONTRACTS", _with_dummy(kvreplay.faults.CONTRACTS))
     out = ok(kvbed("replay", "--help")).output
-    contract = out[out.index("--contract NAME"):out.index("--param K=V")]
+    contract = out[out.index("--contract NAME"):out.index("-p, --param K=V")]
     assert " ".join(contract.split()).endswith(f"checksum, full, lease, none, version, {DUMMY} [default: none]")
 
 

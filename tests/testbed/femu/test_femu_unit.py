@@ -22,7 +22,7 @@ from testbed.femu import build as fb
 from testbed.femu.devices import femu_mapping
 from testbed.vm import backends, checks, cmdline, qemu
 from tests.support.femu_tree import fake_femu_tree
-from tests.support.cli import kvbed, one_line_error
+from tests.support.cli import kvbed, one_line_error, params
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -64,10 +64,10 @@ def test_what_femu_cannot_express_is_one_line_exit_2(tmp_path):
     res = kvbed("femu", "args", "-d", "fdp")
     one_line_error(res, "FEMU cannot express: ru_bytes=16MiB", "one line", "= 64MiB", "ruh_type=initially",
                    "gc_bg_trigger=idle")
-    one_line_error(kvbed("femu", "args", "-d", "fdp", *FDP_OK, "blocks_per_line=4"), "blocks_per_line=4")
-    one_line_error(kvbed("femu", "args", "-d", "fdp", *FDP_OK, "gc_policy=d-choices"), "gc_policy=d-choices")
-    one_line_error(kvbed("femu", "args", "-d", "fdp", *FDP_OK, "write_buffer_bytes=1MiB"), "write_buffer_bytes=1MiB")
-    one_line_error(kvbed("femu", "args", "-d", "conv", "gc_bg_trigger=threshold"),
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "blocks_per_line=4")), "blocks_per_line=4")
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "gc_policy=d-choices")), "gc_policy=d-choices")
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "write_buffer_bytes=1MiB")), "write_buffer_bytes=1MiB")
+    one_line_error(kvbed("femu", "args", "-d", "conv", "--param", "gc_bg_trigger=threshold"),
                    "gc_separate_frontier=true")
     one_line_error(kvbed("femu", "args", "-d", "zns"), "FEMU's ZNS timing is one of its flash types")
     # `kvbed up` refuses before it looks for a FEMU binary or starts anything
@@ -81,7 +81,7 @@ def test_what_femu_cannot_express_is_one_line_exit_2(tmp_path):
 def test_host_memory_is_checked_before_start(tmp_path, monkeypatch):
     monkeypatch.setattr(backends, "host_available_bytes", lambda: 3 * GiB)
     env = {"KVBED_STATE_DIR": str(tmp_path / "vms")}
-    res = kvbed("up", "--backend", "femu", "-d", "fdp", *FDP_OK, env=env)  # 4 GiB device + 1 GiB guest
+    res = kvbed("up", "--backend", "femu", "-d", "fdp", *params(*FDP_OK), env=env)  # 4 GiB device + 1 GiB guest
     one_line_error(res, "FEMU keeps the 4GiB device in host RAM", "needs about 5632MiB", "has 3GiB available")
     assert not (tmp_path / "vms").exists()
 
@@ -200,8 +200,8 @@ def test_build_failures_are_one_line_and_resume(femu_env):
 
 def test_femu_missing_is_one_line_exit_2(femu_env):
     env = {"KVBED_STATE_DIR": str(femu_env / "vms")}
-    res = kvbed("up", "--backend", "femu", "-d", "fdp", *FDP_OK, "logical_bytes=256MiB", "op_ratio=1.0",
-                "ru_bytes=16MiB", "channels=2", "dies_per_channel=2", "pages_per_block=1024", "mem_bytes=512MiB",
+    res = kvbed("up", "--backend", "femu", "-d", "fdp", *params(*FDP_OK, "logical_bytes=256MiB", "op_ratio=1.0",
+                "ru_bytes=16MiB", "channels=2", "dies_per_channel=2", "pages_per_block=1024", "mem_bytes=512MiB"),
                 env=env)
     one_line_error(res, "FEMU is not built: run `kvbed femu build")
     assert not (femu_env / "vms").exists()

@@ -22,7 +22,7 @@ from testbed.femu import build as fb
 from testbed.vm import image, state
 from testbed.vm.client import AgentClient
 from testbed.vm.vm import Vm
-from tests.support.cli import kvbed
+from tests.support.cli import kvbed, params
 
 pytestmark = pytest.mark.vm
 MiB = 1 << 20
@@ -60,7 +60,7 @@ def femu(tmp_path_factory):
 def test_fdp_replay_moves_femu_ruh_usage_as_the_hints_said(femu, tmp_path):
     trace = two_lifetimes(tmp_path / "t.parquet", n_objects=300, obj_bytes=64 * 1024, long_life_ns=200_000_000,
                           row_group_rows=500)
-    res = kvbed("up", "--backend", "femu", "-d", "fdp", "-n", "femu0", *FDP)
+    res = kvbed("up", "--backend", "femu", "-d", "fdp", "-n", "femu0", *params(*FDP))
     assert res.exit_code == 0, res.output
     st = state.find("femu0")
     assert st.backend == "femu" and st.accel == "tcg" and "femu-subsys" in " ".join(st.argv)
@@ -99,7 +99,7 @@ def test_fdp_replay_moves_femu_ruh_usage_as_the_hints_said(femu, tmp_path):
 def test_a_femu_vm_that_dies_mid_replay_keeps_the_completed_part(femu, tmp_path):
     trace = two_lifetimes(tmp_path / "long.parquet", n_objects=3000, obj_bytes=64 * 1024,
                           long_life_ns=200_000_000, row_group_rows=500)
-    res = kvbed("up", "--backend", "femu", "-d", "fdp", "-n", "femu1", *FDP)
+    res = kvbed("up", "--backend", "femu", "-d", "fdp", "-n", "femu1", *params(*FDP))
     assert res.exit_code == 0, res.output
     st = state.find("femu1")
     out = tmp_path / "r"

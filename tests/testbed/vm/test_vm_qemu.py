@@ -261,7 +261,7 @@ def test_cli_two_vms_at_once(vmenv):
     r = CliRunner()
     try:
         for name in ("c0", "c1"):
-            res = r.invoke(cli, ["up", "--device", "conv", "--name", name, "--json", "logical_bytes=256MiB"])
+            res = r.invoke(cli, ["up", "--device", "conv", "--name", name, "--json", "--param", "logical_bytes=256MiB"])
             assert res.exit_code == 0, res.output
         rows = {s["name"]: s for s in json.loads(r.invoke(cli, ["status", "--json"]).output)}
         assert {k: v["state"] for k, v in rows.items()} == {"c0": "running", "c1": "running"}
@@ -364,8 +364,8 @@ def test_replay_zns_on_a_named_vm(vmenv, traces, tmp_path):
     """`kvbed up` fixes the geometry; `kvbed replay --vm` adopts it, refuses what cannot fit, and on a second
     run resets the zones the first one left written."""
     r = CliRunner()
-    up = r.invoke(cli, ["up", "--device", "zns", "--name", "z0", "--json", "logical_bytes=2GiB", "zone_bytes=16MiB",
-                        "zone_cap_bytes=12MiB", "page_bytes=1MiB"])
+    up = r.invoke(cli, ["up", "--device", "zns", "--name", "z0", "--json", "-p", "logical_bytes=2GiB", "-p", "zone_bytes=16MiB",
+                        "-p", "zone_cap_bytes=12MiB", "-p", "page_bytes=1MiB"])
     assert up.exit_code == 0, up.output
     try:
         res, _ = _replay(traces["small"], "--vm", "z0", "--hints", "oracle", "-o", tmp_path / "a")

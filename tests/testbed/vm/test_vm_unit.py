@@ -428,9 +428,9 @@ def test_cli_errors_are_one_line_exit_2():
     r = CliRunner()
     res = r.invoke(cli, ["down"])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "kvbed: error: down:" in res.output
-    res = r.invoke(cli, ["up", "--device", "fdp", "nrg=2"])  # rejected before any image build or QEMU
+    res = r.invoke(cli, ["up", "--device", "fdp", "--param", "nrg=2"])  # rejected before any image build or QEMU
     assert res.exit_code == 2 and "nrg must be 1" in res.output and res.output.count("\n") == 1
-    res = r.invoke(cli, ["up", "--device", "zns", "bogus=1"])
+    res = r.invoke(cli, ["up", "--device", "zns", "-p", "bogus=1"])
     assert res.exit_code == 2 and "unknown parameter 'bogus'" in res.output
     res = r.invoke(cli, ["status"])
     assert res.exit_code == 0 and "no VMs" in res.output
