@@ -53,7 +53,7 @@ def build_trace(path: Path) -> None:
     print(f"importing {MOONCAKE.name} -> {path} ...", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [_python(ROOT), "-c", ENTRY, "trace", "import", "mooncake", str(MOONCAKE), "-o", str(path), *IMPORT_ARGS]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(ROOT))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(ROOT), cwd=ROOT)
     if out.returncode:
         raise SystemExit(f"trace import failed: {' '.join(cmd)}\n{out.stderr}")
 
@@ -63,13 +63,15 @@ def run_once(tree: Path, trace: Path, out_dir: Path, extra: list[str]) -> dict[s
     cmd = [_python(tree), "-c", ENTRY, "replay", str(trace), "-o", str(out_dir), *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tree))
+    # cwd=tree: ``python -c`` puts the working directory first on sys.path, ahead of PYTHONPATH, so run from
+    # another tree's root the child would import that tree's code instead of this one's
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tree), cwd=tree)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode:
         raise SystemExit(f"replay failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    runtime = json.loads((out_dir / "runtime.json").read_text())  # the replay's own figures, for context
+    runtime = json.loads((out_dir / "runtime.json").read_text())  # out_dir: absolute (a temporary directory)  # the replay's own figures, for context
     return {"wall_s": wall, "cpu_s": cpu, "replay_wall_s": runtime["wall_s"], "jit_s": runtime["jit_s"]}
 
 
@@ -87,7 +89,7 @@ def main() -> None:
     ap.add_argument("extra", nargs="*", help="more `kvbed replay` arguments (after --)")
     a = ap.parse_args()
 
-    trace = a.trace or a.cache / "mooncake-readme.parquet"
+    trace = (a.trace or a.cache / "mooncake-readme.parquet").resolve()  # the runs' working directory is their tree
     if a.trace is None:
         build_trace(trace)
     extra = a.extra + (["--no-plots"] if a.no_plots else [])

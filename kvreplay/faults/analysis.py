@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from devicemodels.base import OP_TRIM, OP_WRITE
 from kvreplay import schema as S
+from kvreplay.arrow_numpy import column_to_numpy
 from kvreplay.costmodel import CostParams
 from kvreplay.faults.base import TraceFacts
 from kvreplay.faults.model import (
@@ -35,20 +36,25 @@ MAX_OBJECT_ID = 200_000_000  # dense per-object arrays; beyond this the model wo
 
 def max_object_id(path: str) -> int:
     """The largest obj_id, from the Parquet statistics when every row group has them."""
-    pf = pq.ParquetFile(path)
+    with pq.ParquetFile(path) as pf:
+        return _max_object_id(pf)
+
+
+def _max_object_id(pf: pq.ParquetFile) -> int:
     col = pf.schema_arrow.get_field_index("obj_id")
     best = 0
     for g in range(pf.num_row_groups):
         st = pf.metadata.row_group(g).column(col).statistics
         if st is None or not st.has_min_max:
-            return int(pq.read_table(path, columns=["obj_id"]).column(0).to_numpy().max(initial=0))
+            return int(column_to_numpy(pf.read(columns=["obj_id"]).column(0)).max(initial=0))
         best = max(best, int(st.max))
     return best
 
 
 def scope_names(path: str) -> list[str]:
     """Every scope name in the trace's string table."""
-    col = pq.read_table(path, columns=["scope"]).column(0)
+    with pq.ParquetFile(path) as pf:  # not pq.read_table: its dataset layer imports pandas
+        col = pf.read(columns=["scope"]).column(0)
     names: set[str] = set()
     for chunk in col.chunks:
         names.update(str(v) for v in chunk.dictionary.to_pylist())

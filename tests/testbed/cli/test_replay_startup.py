@@ -118,3 +118,21 @@ def test_to_numpy_reads_slices_and_chunks():
     assert column_to_numpy(pa.chunked_array([], pa.int32())).dtype == np.int32
     with_nulls = pa.array([1.5, None])
     assert np.isnan(to_numpy(with_nulls)[1])  # not a view: pyarrow's own conversion
+
+
+def test_a_replay_with_faults_and_its_report_never_import_pandas(tmp_path):
+    """The fault model reads the trace's obj_id statistics and scope names, and ``kvbed report`` reads the runs'
+    tables back: through pq.ParquetFile, whose read does not go through the dataset layer that imports pandas."""
+    from tests.support import fault_traces as T
+
+    trace = T.write(tmp_path / "power.parquet", T.POWER, nbytes=T.POWER_BYTES)
+    run, rep = tmp_path / "run", tmp_path / "rep"
+    mods = _modules_after(f"from testbed.cli import main\nmain(['replay', {str(trace)!r}, '--device', 'conv', "
+                          f"'--fault', 'version-drift@1ms,scope=m1', '--contract', 'version', '-o', {str(run)!r}, "
+                          f"'-q'])")
+    assert "kvreplay.faults.analysis" in mods and (run / "faults.png").exists()  # it ran the fault model
+    assert _loaded(mods, NEVER_IN_A_REPLAY) == []
+    mods = _modules_after(f"from testbed.cli import main\nmain(['report', {str(run)!r}, {str(run)!r}, '-o', "
+                          f"{str(rep)!r}])")
+    assert (rep / "report.png").exists() and "testbed.results" in mods
+    assert _loaded(mods, ("pandas",)) == []
