@@ -67,6 +67,20 @@ def _devices_using(cls: type) -> str:
     return f"device{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
+def auto_sized(cls: type) -> dict[str, str]:
+    """How a replay sizes the fields of device parameter class ``cls`` (by field), if it does: the listing
+    and the reference mark those defaults, which a replay overrides from the trace unless given."""
+    from devicemodels import DEVICES
+    from kvreplay.replay.sizing import AUTO_SIZED
+
+    out: dict[str, str] = {}
+    for d in DEVICES:
+        for g, c in DEVICES.get(d).param_classes.items():
+            if c is cls:
+                out.update(AUTO_SIZED.get(g, {}))
+    return out
+
+
 def _default(row: dict[str, Any]) -> str:
     return row["default"] if row["default"] != "" else '""'
 
@@ -77,11 +91,16 @@ def markdown(names: list[str] | None = None) -> str:
     parts = []
     for name in names or list(sets):
         cls, where = sets[name]
+        auto = auto_sized(cls)
         lines = [f"**{name}** ({where})", "", "| key | default | unit / choices | meaning |", "|---|---|---|---|"]
         for r in describe(cls):
             kind = ", ".join(r["choices"]) if r["choices"] else (r["unit"] or "")
             key = f"`{r['name']}`" + ("*" if r["cli"] else "")
-            lines.append(f"| {key} | `{_default(r)}` | {kind} | {r['help'].replace('|', '/')} |")
+            default = f"`{_default(r)}`" + (" (replay: auto)" if r["name"] in auto else "")
+            lines.append(f"| {key} | {default} | {kind} | {r['help'].replace('|', '/')} |")
+        if auto:
+            lines += ["", "replay: auto = `kvbed replay` sizes it from the trace unless given: "
+                      + "; ".join(f"`{k}`: {how}" for k, how in auto.items()) + "."]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from kvbed.core.errors import KvbedError
+from testbed.paramdocs import auto_sized
 
 
 @click.command("params")
@@ -86,26 +87,13 @@ def _unknown(key: str, known: dict) -> str:
     return f"unknown parameter set or key {key!r}{hint}; not a run directory either (`kvbed params` lists every set)"
 
 
-def _auto_sized(cls: type) -> dict[str, str]:
-    """How a replay sizes the fields of device parameter class ``cls`` (by field), if it does."""
-    from devicemodels import DEVICES
-    from kvreplay.replay.sizing import AUTO_SIZED
-
-    out: dict[str, str] = {}
-    for d in DEVICES:
-        for g, c in DEVICES.get(d).param_classes.items():
-            if c is cls:
-                out.update(AUTO_SIZED.get(g, {}))
-    return out
-
-
 def _print_set(con, name: str, known: dict) -> None:
     from rich.table import Table
 
     from kvbed.core.params import describe
 
     cls, where = known[name]
-    auto = _auto_sized(cls)
+    auto = auto_sized(cls)
     t = Table(title=f"{name}: {where}", title_justify="left")
     for c in ("key", "default", "unit / choices", "meaning"):
         t.add_column(c, overflow="fold")
@@ -130,7 +118,7 @@ def _print_key(key: str, known: dict) -> None:
             click.echo(f"  choices: {', '.join(r['choices'])}")
         click.echo(f"  unit:    {r['unit'] or '-'}")
         click.echo(f"  meaning: {r['help']}")
-        how = _auto_sized(cls).get(r["name"])
+        how = auto_sized(cls).get(r["name"])
         if how:
             click.echo(f"  kvbed replay sizes it unless given: {how} (`kvbed params RUN_DIR` shows a run's value)")
         if r["cli"]:
