@@ -369,6 +369,12 @@ class TraceReader:
         # built once per file instead of once per chunk.
         self._maps: dict[str, tuple[pa.Array, np.ndarray | None, bool]] = {}
 
+    def require_content_key(self, what: str) -> None:
+        """Refuse, in one line, a v1 trace to code that needs content keys (``what`` names it)."""
+        if not self.has_content_key:
+            raise KvbedError(f"a format v{self.meta.format_version} trace has no content keys; {what} needs them "
+                             "(import or synthesize the trace again)", where=str(self.path))
+
     def _code_map(self, name: str, dictionary: pa.Array) -> tuple[np.ndarray | None, bool]:
         """(mapping from dictionary index to code in the column's dtype, or None if it is the
         identity; True if some dictionary value is an unknown enum name, mapped to -1)."""

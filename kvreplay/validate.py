@@ -484,6 +484,8 @@ def validate_trace(
 
 #: what the row checks read: the columns every replay reads, and ``kind`` (:class:`RowCheck`)
 CHECK_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "kind")
+#: what the row checks read besides with ``key=True``
+KEY_COLUMNS = ("kind", "scope", "content_key")
 NOT_CHECKED = ("bad_tokens", "bad_ids", "transform_parent_dead", "parent_unknown", "parent_self")
 
 
@@ -502,9 +504,16 @@ class RowCheck:
     :attr:`columns`.
     """
 
-    def __init__(self, reader: TraceReader, *, kind: bool = True):
+    def __init__(self, reader: TraceReader, *, kind: bool = True, key: bool = False):
         self.kind = kind
         self.columns = CHECK_COLUMNS if kind else tuple(c for c in CHECK_COLUMNS if c != "kind")
+        # key=True: also the content-key invariants (kvreplay.keycheck), for a run that reads the keys; it needs
+        # a v2 trace and reads scope and content_key besides (off by default: no replay figure depends on keys)
+        self.key = key
+        self._keys = None
+        if key:
+            reader.require_content_key("a run keyed by content")
+            self.columns = (*self.columns, *(c for c in KEY_COLUMNS if c not in self.columns))
         self.where = str(reader.path)
         self.ids = IdIndex(reader)
         self.objects = _Objects(self.ids.size)
@@ -530,6 +539,11 @@ class RowCheck:
         st = CheckState(obj=self.objects.obj, last_ts=self.last_ts, vrow=self.vrow, vcode=self.vcode,
                         vcount=self.vcount)
         _check(rows, st, self._cfg)
+        if self.key and not self.vcount[NV]:
+            self._keys = keycheck.ensure(self._keys or keycheck.new_state(self.ids.size), self.ids.size, b.n)
+            krows = keycheck.KeyRows(row0=self.rows, op=b["op"], oi=oi, tier=b["tier"], kind=b["kind"],
+                                     scope=b["scope"], key=b["content_key"])
+            keycheck.check_keys(krows, self._keys, self.vrow, self.vcode, self.vcount, V_KEY_CHANGED, V_KEY_TWICE, NV)
         if self.vcount[NV]:
             v = _violation(b, int(self.vrow[0]) - self.rows, int(self.vrow[0]), int(self.vcode[0]))
             order = ""
