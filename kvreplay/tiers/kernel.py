@@ -52,7 +52,6 @@ from kvreplay.tiers.state import (
     CT_REJECTED,
     CT_TRANSFORM,
     CT_TRANSFORM_BYTES,
-    EV_KEY,
     EV_KIND,
     EV_NBYTES,
     EV_NTOK,
@@ -85,7 +84,6 @@ from kvreplay.tiers.state import (
     GPU,
     NT,
     OA_COPIES,
-    OA_KEY,
     OA_KIND,
     OA_NBYTES,
     OA_NTOK,
@@ -340,7 +338,6 @@ def _emit(st, ts, op, o, tier, req, sess):
     EV[EV_KIND, i] = OA[o, OA_KIND]
     EV[EV_REQ, i] = req
     EV[EV_SESS, i] = sess
-    EV[EV_KEY, i] = OA[o, OA_KEY]
     sc[SC_POS] = i + 1
 
 
@@ -357,7 +354,7 @@ def _new_obj(st, parent, ntok, tenant, scope, kind, nbytes, sess, key):
     OA[o, OA_NBYTES] = nbytes
     OA[o, OA_COPIES] = 0
     OA[o, OA_SESSION] = sess
-    OA[o, OA_KEY] = key
+    st.okey[o] = key
     return o
 
 
@@ -424,7 +421,7 @@ def _copy_for(cfg, st, x, u, src_tier, ts, req, sess):
         return x
     nb = max(1, np.int64(OA[x, OA_NBYTES] * cfg.kind_ratio[kd]))
     y = _new_obj(st, x, OA[x, OA_NTOK], OA[x, OA_TENANT], OA[x, OA_SCOPE], kd, nb, OA[x, OA_SESSION],
-                 OA[x, OA_KEY])
+                 st.okey[x])
     _emit(st, ts, OP_TRANSFORM, y, src_tier, req, sess)
     st.CT[u, CT_TRANSFORM] += 1
     st.CT[u, CT_TRANSFORM_BYTES] += nb

@@ -109,7 +109,7 @@ def simulate(
                              f"{int(sc[TS.SC_CAP])} events at once; rerun with a larger tokens_per_object")
         n = int(sc[TS.SC_POS])
         if n:
-            sink(_to_batch(st.EV, n, rq.key_hash))
+            sink(_to_batch(st.EV, n, rq.key_hash, st.okey))
             total += n
             sc[TS.SC_POS] = 0
         if progress is not None:
@@ -135,7 +135,7 @@ def simulate(
     )
 
 
-def _to_batch(EV: np.ndarray, n: int, key_hash: np.ndarray) -> EventBatch:
+def _to_batch(EV: np.ndarray, n: int, key_hash: np.ndarray, okey: np.ndarray) -> EventBatch:
     cols = {
         "ts_ns": EV[TS.EV_TS, :n],
         "op": EV[TS.EV_OP, :n],
@@ -149,7 +149,7 @@ def _to_batch(EV: np.ndarray, n: int, key_hash: np.ndarray) -> EventBatch:
         "kind": EV[TS.EV_KIND, :n],
         "request_id": EV[TS.EV_REQ, :n],
         "session_id": EV[TS.EV_SESS, :n],
-        "content_key": key_hash[EV[TS.EV_KEY, :n]],
+        "content_key": key_hash[okey[EV[TS.EV_OBJ, :n]]],
     }
     return EventBatch({name: cols[name].astype(dt, copy=True) for name, (_, dt) in schema.COLUMNS.items()})
 

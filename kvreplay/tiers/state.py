@@ -56,15 +56,14 @@ S_WIDTH = 8
 P_SMALL, P_GHOST, P_PROMOTE, P_MAXF, P_TOUCH = range(5)
 P_WIDTH = 5
 
-# object attribute columns TierState.OA[o, :] (OA_KEY: the chunk key k the object holds, derived copies
-# that of their source)
-OA_PARENT, OA_NTOK, OA_TENANT, OA_SCOPE, OA_KIND, OA_NBYTES, OA_COPIES, OA_SESSION, OA_KEY = range(9)
-OA_WIDTH = 9
+# object attribute columns TierState.OA[o, :] (8 columns: a row is 64 bytes)
+OA_PARENT, OA_NTOK, OA_TENANT, OA_SCOPE, OA_KIND, OA_NBYTES, OA_COPIES, OA_SESSION = range(8)
+OA_WIDTH = 8
 
-# event buffer rows TierState.EV[:, i] (EV_KEY: the object's chunk key k; the trace gets key_hash[k])
-EV_TS, EV_OP, EV_OBJ, EV_PARENT, EV_TIER, EV_NBYTES, EV_NTOK, EV_TENANT, EV_SCOPE, EV_KIND, EV_REQ, EV_SESS, EV_KEY = \
-    range(13)
-EV_ROWS = 13
+# event buffer rows TierState.EV[:, i] (an event's content key is not buffered: the driver looks it up,
+# key_hash[okey[obj]], when it streams the events out)
+EV_TS, EV_OP, EV_OBJ, EV_PARENT, EV_TIER, EV_NBYTES, EV_NTOK, EV_TENANT, EV_SCOPE, EV_KIND, EV_REQ, EV_SESS = range(12)
+EV_ROWS = 12
 
 # scalars TierState.sc[:]
 # SC_POS: events in the buffer; SC_CAP: physical size of the event buffer (overflow guard);
@@ -204,7 +203,9 @@ class TierState(NamedTuple):
     inst: np.ndarray  # int64[K] (view)        live exact object of key k (0: none)
     pin: np.ndarray  # int64[K] (view)         last request that used key k (-1: none); == running request: pinned
     last_use: np.ndarray  # int64[K] (view)    time (ns) of key k's last retention refresh
-    OA: np.ndarray  # int64[O, OA_WIDTH]       per object: parent, tokens, tenant, scope, kind, bytes, copies, session, key
+    OA: np.ndarray  # int64[O, OA_WIDTH]       per object: parent, tokens, tenant, scope, kind, bytes, copies, session
+    okey: np.ndarray  # int64[O]               per object the chunk key k it holds (a derived copy: its source's);
+    #                                            kept out of OA, whose rows are one cache line
     sc: np.ndarray  # int64[SC_WIDTH]          progress and buffer scalars (SC_*)
     CT: np.ndarray  # int64[NT, CT_WIDTH]      per-tier counters (CT_*)
     G: np.ndarray  # int64[G_WIDTH]            global counters (G_*)
@@ -325,6 +326,7 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
         pin=pin,
         last_use=last_use,
         OA=np.zeros((ocap, OA_WIDTH), np.int64),
+        okey=np.zeros(ocap, np.int64),
         sc=sc,
         CT=np.zeros((NT, CT_WIDTH), np.int64),
         G=np.zeros(G_WIDTH, np.int64),
