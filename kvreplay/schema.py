@@ -1,4 +1,4 @@
-"""KV lifecycle trace format, version 1: the single source of truth.
+"""KV lifecycle trace format, version 2: the single source of truth.
 
 A trace is a Parquet file, one row per lifecycle event, sorted by ``ts_ns``.
 Strings (op, tier, tenant, scope, kind) are dictionary-encoded; compression is
@@ -19,6 +19,15 @@ evict       the copy in ``tier`` is dropped for capacity
 delete      the object ends everywhere; its id is never used again
 recover     the object is rebuilt in ``tier`` after a loss (recompute or parity)
 =========== ==================================================================
+
+Every event carries its object's ``content_key`` (uint64, the same on every event of an object): what the
+object's bytes are, as opposed to ``obj_id``, which is never reused. A chunk evicted and later recomputed is a
+new object with the same key; derived copies (quantized, compressed) keep their source's key with their own
+kind. For imported and synthetic traces it is the chunk's prefix-chain hash within its sharing domain
+(:mod:`kvreplay.tiers.chunking`); for captured traces the engine's block hash. 0 means "no key known".
+
+Version 1 (no ``content_key`` column) is still read: the column reads as 0 and :attr:`TraceReader.has_content_key`
+is False (a v1 key cannot be derived: an object id says nothing about its content). Writers write version 2.
 
 In memory, readers and writers exchange :class:`EventBatch` objects: a dict of
 numpy columns with enums as small integer codes (index into OPS/TIERS/KINDS)
@@ -44,7 +53,12 @@ from kvbed.core.errors import KvbedError
 from kvreplay.arrow_numpy import column_to_numpy, to_numpy
 
 FORMAT_NAME = "kvbed-lifecycle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions this kvbed reads (1: before ``content_key``)
+READ_VERSIONS = (1, 2)
+NO_KEY = 0  # content_key when none is known (a v1 trace, an event source without content identity)
+#: columns a version lacks, read as zeros (what a v1 trace means by them: no key known)
+ADDED_IN = {"content_key": 2}
 META_KEY = b"kvbed"
 
 OPS = ("create", "commit", "persist", "load", "hit", "transform", "invalidate", "evict", "delete", "recover")
@@ -79,6 +93,7 @@ COLUMNS: dict[str, tuple[pa.DataType, np.dtype]] = {
     "kind": (pa.dictionary(pa.int8(), pa.string()), np.dtype(np.int8)),
     "request_id": (pa.int64(), np.dtype(np.int64)),
     "session_id": (pa.int64(), np.dtype(np.int64)),
+    "content_key": (pa.uint64(), np.dtype(np.uint64)),
 }
 COLUMN_NAMES = tuple(COLUMNS)
 ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=False) for n, (t, _) in COLUMNS.items()])
@@ -114,9 +129,10 @@ class TraceMeta:
         if raw.get("format") != FORMAT_NAME:
             raise KvbedError(f"not a kvbed lifecycle trace (format {raw.get('format')!r})", where=where)
         ver = raw.get("format_version")
-        if ver != FORMAT_VERSION:
+        if ver not in READ_VERSIONS:
             raise KvbedError(
-                f"trace format version {ver!r}; this kvbed reads version {FORMAT_VERSION}", where=where
+                f"trace format version {ver!r}; this kvbed reads version "
+                f"{' or '.join(map(str, READ_VERSIONS))}", where=where
             )
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
@@ -144,7 +160,7 @@ class EventBatch(dict):
 
 
 def make_batch(**cols: Any) -> EventBatch:
-    """Build a complete batch; missing columns get defaults (ids -1, parent 0, kind exact)."""
+    """Build a complete batch; missing columns get defaults (ids -1, parent 0, kind exact, content_key 0: none)."""
     n = len(cols["ts_ns"])
     out = EventBatch()
     defaults = {"parent_id": NO_PARENT, "request_id": NO_ID, "session_id": NO_ID}
@@ -186,6 +202,7 @@ class TraceWriter:
             raise KvbedError(f"cannot create the output directory ({exc.strerror or exc})", where=str(self.path)) from None
         self.tmp: Path | None = None  # made when the first row group (or the close) opens the file
         self.meta = meta
+        meta.format_version = FORMAT_VERSION  # a v1 trace rewritten (sorted, cut) is v2 with its keys 0: none known
         if not meta.created_by:
             meta.created_by = f"kvbed {__version__}"
         self.tenants = list(tenants or ["default"])
@@ -211,10 +228,13 @@ class TraceWriter:
             self.tmp = temp_path_for(self.path)
         except OSError as exc:
             raise KvbedError(f"cannot write the output ({exc.strerror or exc})", where=str(self.path)) from None
-        # Dictionary pages for the string columns only: on ids and times a dictionary never fits and
-        # Parquet falls back to plain encoding after trying (measured: 30% slower, 60% larger files).
+        # Dictionary pages for the string columns and content_key only: on ids and times a dictionary never
+        # fits and Parquet falls back to plain encoding after trying (measured: 30% slower, 60% larger files).
+        # content_key repeats on every event of an object and across objects of one content (a hash of 64
+        # random bits: zstd alone cannot shrink it): the Mooncake conversation import is 29.1 MB plain,
+        # 23.7 MB with its dictionary (v1, no key: 13.0 MB).
         return pq.ParquetWriter(
-            self.tmp, schema, compression="zstd", use_dictionary=[*ENUM_COLUMNS, *STRING_COLUMNS],
+            self.tmp, schema, compression="zstd", use_dictionary=[*ENUM_COLUMNS, *STRING_COLUMNS, "content_key"],
             write_statistics=["ts_ns", "obj_id"]
         )
 
@@ -271,6 +291,7 @@ class TraceWriter:
         self._closed = True
         if meta is not None:
             self.meta = meta
+            meta.format_version = FORMAT_VERSION
         if self._writer is None:
             self._writer = self._open(self.meta.to_json())
         self._writer.add_key_value_metadata({META_KEY.decode(): self.meta.to_json()})
@@ -321,7 +342,14 @@ class TraceReader:
             raise KvbedError("not a kvbed lifecycle trace (no 'kvbed' file metadata)", where=where)
         self.meta = TraceMeta.from_json(kv[META_KEY], where=where)
         schema = self._pf.schema_arrow
+        ver = self.meta.format_version
+        #: columns this file's version lacks: read as zeros (v1: no content_key)
+        self.absent = tuple(n for n, v in ADDED_IN.items() if ver < v)
+        #: False for a v1 trace: every content_key reads as NO_KEY and code needing keys must say so
+        self.has_content_key = "content_key" not in self.absent
         for name, (typ, _) in COLUMNS.items():
+            if name in self.absent:
+                continue
             if name not in schema.names:
                 raise KvbedError(f"missing column {name!r}", where=where)
             got = schema.field(name).type
@@ -340,6 +368,12 @@ class TraceReader:
         # the same dictionary (our writer stores the full enum and string tables), so the mapping is
         # built once per file instead of once per chunk.
         self._maps: dict[str, tuple[pa.Array, np.ndarray | None, bool]] = {}
+
+    def require_content_key(self, what: str) -> None:
+        """Refuse, in one line, a v1 trace to code that needs content keys (``what`` names it)."""
+        if not self.has_content_key:
+            raise KvbedError(f"a format v{self.meta.format_version} trace has no content keys; {what} needs them "
+                             "(import or synthesize the trace again)", where=str(self.path))
 
     def _code_map(self, name: str, dictionary: pa.Array) -> tuple[np.ndarray | None, bool]:
         """(mapping from dictionary index to code in the column's dtype, or None if it is the
@@ -391,14 +425,18 @@ class TraceReader:
         """Yield one EventBatch per row group (bounded memory)."""
         cols = list(columns or COLUMN_NAMES)
         coded = [name for name in cols if name in ENUM_COLUMNS or name in STRING_COLUMNS]
+        stored = [name for name in cols if name not in self.absent]
         row0 = 0
         for rg in range(self.num_row_groups):
             try:
-                table = self._pf.read_row_group(rg, columns=cols)
+                table = self._pf.read_row_group(rg, columns=stored)
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
                 raise KvbedError(f"row group {rg} unreadable ({_first_line(exc)})", where=str(self.path)) from None
             out = EventBatch()
             for name in cols:
+                if name in self.absent:
+                    out[name] = np.zeros(self._pf.metadata.row_group(rg).num_rows, COLUMNS[name][1])
+                    continue
                 chunked = table.column(name)
                 if name in coded:
                     chunks = chunked.chunks
@@ -417,7 +455,7 @@ class TraceReader:
                         raise KvbedError(f"row {row0 + int(np.flatnonzero(nulls)[0])}: {name} is null",
                                          where=str(self.path))
                     out[name] = column_to_numpy(chunked, COLUMNS[name][1])
-            row0 += table.num_rows
+            row0 += self._pf.metadata.row_group(rg).num_rows
             yield out
 
     def read_all(self, columns: list[str] | tuple[str, ...] | None = None) -> EventBatch:

@@ -270,6 +270,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
             "tier_stats": hitratio.upgrade(meta.tier_stats, meta.extra.get("tier_sim_counters")),
             "created_by": meta.created_by,
             "format_version": meta.format_version,
+            "content_keys": reader.has_content_key,  # False: a v1 trace, no content identity to count by
         },
         "ops": [
             {"op": OPS[i // NTIERS], "tier": TIERS[i % NTIERS], "count": int(op_tier_n[i]), "bytes": int(op_tier_b[i])}

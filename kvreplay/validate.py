@@ -18,6 +18,10 @@ per-object state survives across row groups:
   follow (anything else is use after delete), and a deleted object must not keep
   copies at the end of the trace
 
+* (v2) an object's ``content_key`` never changes, and no two objects with one key are live at once in one
+  tier, scope and kind (:mod:`kvreplay.keycheck`, which says why that is the place); a v1 trace has no keys,
+  so the report says so (``content_keys`` false) and these two are not checked
+
 At the end, objects created but never committed are reported as a count.
 
 The same kernel, without the checks that need parent_id/ntokens/request_id/session_id and stopping at
@@ -33,6 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 from devicemodels.jit import njit
 
+from kvreplay import keycheck
 from kvreplay.schema import (
     KINDS,
     OP_COMMIT,
@@ -71,11 +76,13 @@ VIOLATIONS = (
     ("kind_changed", "kind differs from the object's first event"),
     ("parent_unknown", "parent_id never appeared before as an object"),
     ("parent_self", "parent_id equals obj_id"),
+    *keycheck.KEY_VIOLATIONS,
 )
 V = {name: i for i, (name, _) in enumerate(VIOLATIONS)}
 NV = len(VIOLATIONS)
 (V_TIME, V_ENUM, V_SIZE, V_TOKENS, V_ZERO, V_IDS, V_AFTER_DELETE, V_REUSED, V_TPARENT, V_COMMIT, V_UNKNOWN,
- V_PRESENT, V_NOT_PRESENT, V_DEL_COPIES, V_SIZE_CHANGED, V_KIND_CHANGED, V_PARENT_UNKNOWN, V_PARENT_SELF) = range(NV)
+ V_PRESENT, V_NOT_PRESENT, V_DEL_COPIES, V_SIZE_CHANGED, V_KIND_CHANGED, V_PARENT_UNKNOWN, V_PARENT_SELF,
+ V_KEY_CHANGED, V_KEY_TWICE) = range(NV)
 
 ST_NEW, ST_LIVE, ST_DELETED, ST_DELETING = 0, 1, 2, 3
 # An object's state is one int64 word, 8 bytes per object and one memory access per event (a replay runs
@@ -377,6 +384,7 @@ class ValidationReport:
     live_copies_at_end: int = 0
     never_committed: int = 0
     half_deleted: int = 0  # deleted in some tiers, copies left in others at the end
+    content_keys: bool = True  # False: a v1 trace (no content_key column), the key invariants not checked
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -389,6 +397,7 @@ class ValidationReport:
             "live_copies_at_end": self.live_copies_at_end,
             "never_committed": self.never_committed,
             "half_deleted": self.half_deleted,
+            "content_keys": self.content_keys,
         }
 
 
@@ -432,6 +441,7 @@ def validate_trace(
                       nkinds=len(KINDS))
     row0 = 0
     first: list[Violation] = []
+    keys = keycheck.new_state(ids.size) if reader.has_content_key else None
     for rg, b in enumerate(reader.iter_batches()):
         oi = ids.objects(b["obj_id"])
         pi = ids.parents(b["parent_id"])
@@ -440,9 +450,15 @@ def validate_trace(
         rows = CheckRows(row0=row0, ts=b["ts_ns"], op=b["op"], oi=oi, tier=b["tier"], kind=b["kind"],
                          nbytes=b["nbytes"], pi=pi, ntok=b["ntokens"], req=b["request_id"], sess=b["session_id"])
         _check(rows, CheckState(obj=g.obj, last_ts=last_ts, vrow=vrow, vcode=vcode, vcount=vcount), cfg)
+        if keys is not None:
+            keys = keycheck.ensure(keys, ids.size, b.n)
+            krows = keycheck.KeyRows(row0=row0, op=b["op"], oi=oi, tier=b["tier"], kind=b["kind"],
+                                     scope=b["scope"], key=b["content_key"])
+            keycheck.check_keys(krows, keys, vrow, vcode, vcount, V_KEY_CHANGED, V_KEY_TWICE, NV)
         after = min(int(vcount[NV]), max_report)
         for j in range(min(before, max_report), after):
             first.append(_violation(b, int(vrow[j]) - row0, int(vrow[j]), int(vcode[j])))
+        first.sort(key=lambda v: v.row)  # the key checks flag after the row checks of the same batch
         row0 += b.n
         if progress is not None:
             progress(rg + 1, reader.num_row_groups)
@@ -460,6 +476,7 @@ def validate_trace(
         live_copies_at_end=int(_live_copies(g.obj)),
         never_committed=int(_never_committed(g.obj)),
         half_deleted=half,
+        content_keys=reader.has_content_key,
     )
 
 
@@ -467,6 +484,8 @@ def validate_trace(
 
 #: what the row checks read: the columns every replay reads, and ``kind`` (:class:`RowCheck`)
 CHECK_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "kind")
+#: what the row checks read besides with ``key=True``
+KEY_COLUMNS = ("kind", "scope", "content_key")
 NOT_CHECKED = ("bad_tokens", "bad_ids", "transform_parent_dead", "parent_unknown", "parent_self")
 
 
@@ -485,9 +504,16 @@ class RowCheck:
     :attr:`columns`.
     """
 
-    def __init__(self, reader: TraceReader, *, kind: bool = True):
+    def __init__(self, reader: TraceReader, *, kind: bool = True, key: bool = False):
         self.kind = kind
         self.columns = CHECK_COLUMNS if kind else tuple(c for c in CHECK_COLUMNS if c != "kind")
+        # key=True: also the content-key invariants (kvreplay.keycheck), for a run that reads the keys; it needs
+        # a v2 trace and reads scope and content_key besides (off by default: no replay figure depends on keys)
+        self.key = key
+        self._keys = None
+        if key:
+            reader.require_content_key("a run keyed by content")
+            self.columns = (*self.columns, *(c for c in KEY_COLUMNS if c not in self.columns))
         self.where = str(reader.path)
         self.ids = IdIndex(reader)
         self.objects = _Objects(self.ids.size)
@@ -513,6 +539,11 @@ class RowCheck:
         st = CheckState(obj=self.objects.obj, last_ts=self.last_ts, vrow=self.vrow, vcode=self.vcode,
                         vcount=self.vcount)
         _check(rows, st, self._cfg)
+        if self.key and not self.vcount[NV]:
+            self._keys = keycheck.ensure(self._keys or keycheck.new_state(self.ids.size), self.ids.size, b.n)
+            krows = keycheck.KeyRows(row0=self.rows, op=b["op"], oi=oi, tier=b["tier"], kind=b["kind"],
+                                     scope=b["scope"], key=b["content_key"])
+            keycheck.check_keys(krows, self._keys, self.vrow, self.vcode, self.vcount, V_KEY_CHANGED, V_KEY_TWICE, NV)
         if self.vcount[NV]:
             v = _violation(b, int(self.vrow[0]) - self.rows, int(self.vrow[0]), int(self.vcode[0]))
             order = ""

@@ -10,6 +10,11 @@ Per instance, a block hash names one object while some tier holds a copy of it:
   (the object ends; a later store of the hash makes a new object).
 * ``AllBlocksCleared``: the same for every copy in its medium (GPU when it names none) of the instance.
 
+Each event's ``content_key`` is the block hash itself (format v2: what llm-d and Dynamo index on), so a
+block removed and stored again is a new object with the same key. Gap, marked: engines with several KV
+cache groups (vLLM's ``group_idx``, hybrid models) publish a hash per group; ``group_idx`` is not decoded
+(:mod:`kvreplay.capture.wire`), so one hash in two groups is one object and one key, as before v2.
+
 An event's ``token_ids`` are not used: its objects are its block hashes, each of ``block_size`` tokens (checked
 positive when decoded), so a token list that does not match the hashes changes no object or size (and
 vLLM's CPU offload stores carry no tokens at all): the request importers' "ids cannot cover the input"
@@ -63,7 +68,7 @@ class LifecycleMapper:
         self._session_code: dict[str, int] = {}
         self._ids: dict[str, dict[int, int]] = {}  # instance -> block hash -> object id (last one made)
         self._mask: list[int] = [0]  # per object id: bit t set while tier t holds a copy
-        self._obj: list[tuple] = [(0, 0, 0, 0)]  # per object id: (nbytes, parent, tenant, scope) when made
+        self._obj: list[tuple] = [(0, 0, 0, 0, 0)]  # per object id: (nbytes, parent, tenant, scope, key) when made
         self._rows: list[tuple] = []
         self._last_ts = 0
         self.unknown_media: dict[str, int] = {}
@@ -145,16 +150,17 @@ class LifecycleMapper:
                         oid = len(mask)
                         ids[h] = oid
                         mask.append(bit)
-                        obj.append((nbytes, parent, tenant, scope))
-                        rows.append((ts, OP_CREATE, oid, parent, tier, nbytes, bs, tenant, scope, sess))
-                        rows.append((ts, OP_COMMIT, oid, parent, tier, nbytes, bs, tenant, scope, sess))
+                        key = _signed(h)
+                        obj.append((nbytes, parent, tenant, scope, key))
+                        rows.append((ts, OP_CREATE, oid, parent, tier, nbytes, bs, tenant, scope, sess, key))
+                        rows.append((ts, OP_COMMIT, oid, parent, tier, nbytes, bs, tenant, scope, sess, key))
                         stored += 1
                     elif mask[oid] & bit:
                         c["repeat_stores"] += 1
                     else:
                         mask[oid] |= bit
-                        nb, par, ten, sco = obj[oid]
-                        rows.append((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess))
+                        nb, par, ten, sco, key = obj[oid]
+                        rows.append((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
                         stored += 1
                     parent = oid
                 d = c["stored_blocks"]
@@ -174,8 +180,9 @@ class LifecycleMapper:
                         continue
                     m = mask[oid] & ~bit
                     mask[oid] = m
-                    nb, par, ten, sco = obj[oid]
-                    rows.append((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess))
+                    nb, par, ten, sco, key = obj[oid]
+                    rows.append((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess,
+                                 key))
                     removed += 1
                 d = c["removed_blocks"]
                 d[tname] = d.get(tname, 0) + removed
@@ -192,4 +199,10 @@ class LifecycleMapper:
             return EventBatch.empty()
         a = np.array(rows, dtype=np.int64)
         return make_batch(ts_ns=a[:, 0], op=a[:, 1], obj_id=a[:, 2], parent_id=a[:, 3], tier=a[:, 4],
-                          nbytes=a[:, 5], ntokens=a[:, 6], tenant=a[:, 7], scope=a[:, 8], session_id=a[:, 9])
+                          nbytes=a[:, 5], ntokens=a[:, 6], tenant=a[:, 7], scope=a[:, 8], session_id=a[:, 9],
+                          content_key=a[:, 10].view(np.uint64))
+
+
+def _signed(h: int) -> int:
+    """A uint64 block hash as the int64 of the same bits (the rows are an int64 array; the column views it back)."""
+    return h - (1 << 64) if h >= 1 << 63 else h

@@ -82,6 +82,13 @@ def chunk_requests(block_offsets, block_ids, input_tokens, scope, block_tokens: 
                    salt=None):
     """Return (chunk_offsets[n+1], key index per chunk, tokens per chunk, tokens per key, scope per key).
     ``salt``: uint64 per request (its sharing domain; None or 0 = no salt)."""
+    return chunk_table(block_offsets, block_ids, input_tokens, scope, block_tokens, tokens_per_object, salt)[:5]
+
+
+def chunk_table(block_offsets, block_ids, input_tokens, scope, block_tokens: int, tokens_per_object: int,
+                salt=None):
+    """:func:`chunk_requests` and, sixth, each key's chained hash (uint64[K], increasing): the chunk's content
+    key in the trace (format v2), the prefix-chain hash within its scope and sharing domain."""
     off = _count_chunks(block_offsets, input_tokens, int(block_tokens), int(tokens_per_object))
     if salt is None:
         salt = np.zeros(len(input_tokens), np.uint64)
@@ -91,4 +98,4 @@ def chunk_requests(block_offsets, block_ids, input_tokens, scope, block_tokens: 
     key_ntok = ntok[first].astype(np.int64)
     req_of_chunk = np.repeat(np.arange(len(input_tokens)), np.diff(off))
     key_scope = scope[req_of_chunk[first]].astype(np.int64) if len(first) else np.zeros(0, np.int64)
-    return off, inv.astype(np.int64).ravel(), ntok, key_ntok, key_scope
+    return off, inv.astype(np.int64).ravel(), ntok, key_ntok, key_scope, uniq.astype(np.uint64)

@@ -342,7 +342,7 @@ def _emit(st, ts, op, o, tier, req, sess):
 
 
 @kernel(inline="always")
-def _new_obj(st, parent, ntok, tenant, scope, kind, nbytes, sess):
+def _new_obj(st, parent, ntok, tenant, scope, kind, nbytes, sess, key):
     sc, OA = st.sc, st.OA
     o = sc[SC_NEXT_OBJ]
     sc[SC_NEXT_OBJ] = o + 1
@@ -354,6 +354,7 @@ def _new_obj(st, parent, ntok, tenant, scope, kind, nbytes, sess):
     OA[o, OA_NBYTES] = nbytes
     OA[o, OA_COPIES] = 0
     OA[o, OA_SESSION] = sess
+    st.okey[o] = key
     return o
 
 
@@ -419,7 +420,8 @@ def _copy_for(cfg, st, x, u, src_tier, ts, req, sess):
     if kd == 0:
         return x
     nb = max(1, np.int64(OA[x, OA_NBYTES] * cfg.kind_ratio[kd]))
-    y = _new_obj(st, x, OA[x, OA_NTOK], OA[x, OA_TENANT], OA[x, OA_SCOPE], kd, nb, OA[x, OA_SESSION])
+    y = _new_obj(st, x, OA[x, OA_NTOK], OA[x, OA_TENANT], OA[x, OA_SCOPE], kd, nb, OA[x, OA_SESSION],
+                 st.okey[x])
     _emit(st, ts, OP_TRANSFORM, y, src_tier, req, sess)
     st.CT[u, CT_TRANSFORM] += 1
     st.CT[u, CT_TRANSFORM_BYTES] += nb
@@ -715,7 +717,7 @@ def run_kernel(rq, cfg, st):
             if x == 0:
                 # only a derived (quantized/compressed) copy survives: rebuild the exact object from it
                 x = _new_obj(st, o, chunk_ntok[j], OA[o, OA_TENANT], OA[o, OA_SCOPE], 0,
-                             chunk_ntok[j] * cfg.bytes_per_token, OA[o, OA_SESSION])
+                             chunk_ntok[j] * cfg.bytes_per_token, OA[o, OA_SESSION], k)
                 inst[k] = x
                 _emit(st, ts, OP_TRANSFORM, x, GPU, r, sess)
                 CT[GPU, CT_TRANSFORM] += 1
@@ -748,7 +750,7 @@ def run_kernel(rq, cfg, st):
                 continue
             nb = ntok * cfg.bytes_per_token
             if x == 0:
-                x = _new_obj(st, prev_obj, ntok, ten, scp, 0, nb, sess)
+                x = _new_obj(st, prev_obj, ntok, ten, scp, 0, nb, sess, k)
                 inst[k] = x
                 G[G_NEW_OBJECTS] += 1
                 if _used(st.Q, GPU) + nb <= cap[GPU] or _make_room(cfg, st, GPU, nb, ts, r, sess):

@@ -50,6 +50,9 @@ Event conventions (what replay and stats rely on):
   same prompt when it was made (0 for the first chunk): prefix depth is the
   length of the parent chain (:func:`kvreplay.tiers.features.prefix_depth`).
   For derived objects it is the source object.
+* ``content_key`` is the chunk's chained hash (:func:`kvreplay.tiers.chunking.chunk_table`: its token
+  prefix, scope and sharing-domain salt): a chunk evicted and recomputed gets a new object id and the same
+  key; a derived copy, and the exact object rebuilt from it, keep the key of their source.
 * ``request_id``/``session_id`` are those of the request that caused the event
   (-1 for invalidations and expiries); ``tenant``/``scope``/``kind`` belong to the object.
 * Timestamps are issue times in ns; the stream is non-decreasing by construction.
@@ -106,7 +109,7 @@ def simulate(
                              f"{int(sc[TS.SC_CAP])} events at once; rerun with a larger tokens_per_object")
         n = int(sc[TS.SC_POS])
         if n:
-            sink(_to_batch(st.EV, n))
+            sink(_to_batch(st.EV, n, rq.key_hash, st.okey))
             total += n
             sc[TS.SC_POS] = 0
         if progress is not None:
@@ -132,7 +135,7 @@ def simulate(
     )
 
 
-def _to_batch(EV: np.ndarray, n: int) -> EventBatch:
+def _to_batch(EV: np.ndarray, n: int, key_hash: np.ndarray, okey: np.ndarray) -> EventBatch:
     cols = {
         "ts_ns": EV[TS.EV_TS, :n],
         "op": EV[TS.EV_OP, :n],
@@ -146,6 +149,7 @@ def _to_batch(EV: np.ndarray, n: int) -> EventBatch:
         "kind": EV[TS.EV_KIND, :n],
         "request_id": EV[TS.EV_REQ, :n],
         "session_id": EV[TS.EV_SESS, :n],
+        "content_key": key_hash[okey[EV[TS.EV_OBJ, :n]]],
     }
     return EventBatch({name: cols[name].astype(dt, copy=True) for name, (_, dt) in schema.COLUMNS.items()})
 

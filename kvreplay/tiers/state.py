@@ -19,7 +19,7 @@ import numpy as np
 
 from kvreplay import schema
 from kvreplay.schema import KIND
-from kvreplay.tiers.chunking import chunk_requests
+from kvreplay.tiers.chunking import chunk_table
 from kvreplay.tiers.policies import EVICTION_POLICIES
 from kvreplay.tiers.sharing import salts
 
@@ -56,11 +56,12 @@ S_WIDTH = 8
 P_SMALL, P_GHOST, P_PROMOTE, P_MAXF, P_TOUCH = range(5)
 P_WIDTH = 5
 
-# object attribute columns TierState.OA[o, :]
+# object attribute columns TierState.OA[o, :] (8 columns: a row is 64 bytes)
 OA_PARENT, OA_NTOK, OA_TENANT, OA_SCOPE, OA_KIND, OA_NBYTES, OA_COPIES, OA_SESSION = range(8)
 OA_WIDTH = 8
 
-# event buffer rows TierState.EV[:, i]
+# event buffer rows TierState.EV[:, i] (an event's content key is not buffered: the driver looks it up,
+# key_hash[okey[obj]], when it streams the events out)
 EV_TS, EV_OP, EV_OBJ, EV_PARENT, EV_TIER, EV_NBYTES, EV_NTOK, EV_TENANT, EV_SCOPE, EV_KIND, EV_REQ, EV_SESS = range(12)
 EV_ROWS = 12
 
@@ -171,6 +172,7 @@ class TierRequests(NamedTuple):
     scope_off: np.ndarray  # int64[Sc+1] keys of scope s: scope_keys[scope_off[s] .. scope_off[s+1]-1]
     inv_ts: np.ndarray  # int64[I]       time of invalidation i (ns), non-decreasing
     inv_scope: np.ndarray  # int64[I]    scope it invalidates
+    key_hash: np.ndarray  # uint64[K]    chained hash of key k: the content_key of its objects in the trace
 
 
 class TierConfig(NamedTuple):
@@ -202,6 +204,8 @@ class TierState(NamedTuple):
     pin: np.ndarray  # int64[K] (view)         last request that used key k (-1: none); == running request: pinned
     last_use: np.ndarray  # int64[K] (view)    time (ns) of key k's last retention refresh
     OA: np.ndarray  # int64[O, OA_WIDTH]       per object: parent, tokens, tenant, scope, kind, bytes, copies, session
+    okey: np.ndarray  # int64[O]               per object the chunk key k it holds (a derived copy: its source's);
+    #                                            kept out of OA, whose rows are one cache line
     sc: np.ndarray  # int64[SC_WIDTH]          progress and buffer scalars (SC_*)
     CT: np.ndarray  # int64[NT, CT_WIDTH]      per-tier counters (CT_*)
     G: np.ndarray  # int64[G_WIDTH]            global counters (G_*)
@@ -228,7 +232,7 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
           ) -> tuple[TierRequests, TierConfig, TierState]:
     """Chunk the requests, derive the configuration and allocate the state of a run (``params`` validated)."""
     T = params.tokens_per_object
-    chunk_off, chunk_key, chunk_ntok, key_ntok, key_scope = chunk_requests(
+    chunk_off, chunk_key, chunk_ntok, key_ntok, key_scope, key_hash = chunk_table(
         reqs.block_offsets, reqs.block_ids, reqs.input_tokens, reqs.scope, reqs.block_tokens, T,
         salt=salts(reqs, params.share),
     )
@@ -253,6 +257,7 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
         scope_off=scope_off,
         inv_ts=reqs.inv_ts_ns,
         inv_scope=reqs.inv_scope.astype(np.int64),
+        key_hash=key_hash,
     )
 
     default_kind, per_tenant = params.tenant_kinds()
@@ -321,6 +326,7 @@ def build(reqs: "RequestTrace", params: "TierSimParams", buffer_events: int
         pin=pin,
         last_use=last_use,
         OA=np.zeros((ocap, OA_WIDTH), np.int64),
+        okey=np.zeros(ocap, np.int64),
         sc=sc,
         CT=np.zeros((NT, CT_WIDTH), np.int64),
         G=np.zeros(G_WIDTH, np.int64),

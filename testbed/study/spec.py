@@ -37,6 +37,7 @@ from typing import Any
 from kvbed.core.errors import KvbedError
 from kvbed.core.params import field_types, to_dict, with_overrides
 from kvbed.core.version import __version__
+from kvreplay.schema import FORMAT_VERSION
 from testbed.study.vocabulary import DEFAULT_METRICS, METRICS, PLOTS, UNSET
 
 STUDY_KEYS = ("name", "description", "seeds", "repeats", "metrics", "plots")
@@ -79,6 +80,8 @@ class TraceSetting:
         """What identifies the trace's content: the settings, and the input file's own content."""
         d = dataclasses.asdict(self)
         d["kvbed_version"] = __version__
+        # a cached trace of an older format is rebuilt, not read (a release may change the format alone)
+        d["trace_format_version"] = FORMAT_VERSION
         inp = self.path or self.source
         if inp:
             d["input_sha256"] = file_sha256(Path(inp))

@@ -88,8 +88,8 @@ def test_bad_files(tmp_path):
     with pytest.raises(KvbedError, match=r"trunc\.parquet: not a readable Parquet file"):
         TraceReader(tmp_path / "trunc.parquet")
     meta = json.loads(TraceMeta().to_json())
-    meta["format_version"] = 2
-    with pytest.raises(KvbedError, match="trace format version 2; this kvbed reads version 1"):
+    meta["format_version"] = 3
+    with pytest.raises(KvbedError, match="trace format version 3; this kvbed reads version 1 or 2"):
         TraceReader(_raw(tmp_path, meta))
     pq.write_table(pa.table({"a": [1]}), tmp_path / "plain.parquet")
     with pytest.raises(KvbedError, match="no 'kvbed' file metadata"):
