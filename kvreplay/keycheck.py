@@ -26,6 +26,7 @@ import numpy as np
 from devicemodels.jit import njit
 
 from kvreplay.schema import OP_COMMIT, OP_DELETE, OP_EVICT, OP_INVALIDATE, OP_PERSIST, OP_RECOVER
+from kvreplay.violation_log import flag
 
 KEY_VIOLATIONS = (
     ("key_changed", "content_key differs from the object's first event"),
@@ -108,8 +109,8 @@ def _rehash(tk0, td0, th0, tk, td, th):
 
 @njit(nogil=True)
 def check_keys(rows, st, vrow, vcode, vcount, code_changed, code_twice, nv):
-    """Check ``rows`` (KeyRows) in order against ``st`` (KeyState); flags as validate._flag does (``nv``: the
-    index of the all-violations count)."""
+    """Check ``rows`` (KeyRows) in order against ``st`` (KeyState); violations recorded by
+    violation_log.flag, as the row checks record theirs (``nv``: the index of the all-violations count)."""
     op, oi, tier, kind, scope, key = rows.op, rows.oi, rows.tier, rows.kind, rows.scope, rows.key
     okey, oseen, tk, td, th, used = st.okey, st.oseen, st.tk, st.td, st.th, st.used
     for i in range(op.shape[0]):
@@ -121,7 +122,7 @@ def check_keys(rows, st, vrow, vcode, vcount, code_changed, code_twice, nv):
             oseen[o] = 1
             okey[o] = k
         elif okey[o] != k:
-            _flag(vrow, vcode, vcount, rows.row0 + i, code_changed, nv)
+            flag(vrow, vcode, vcount, rows.row0 + i, code_changed, nv)
             continue
         if k == 0 or tier[i] < 0 or tier[i] >= 8 or kind[i] < 0 or kind[i] >= 16 or scope[i] < 0:
             continue  # no key, or an enum out of range (flagged by the row checks)
@@ -134,19 +135,9 @@ def check_keys(rows, st, vrow, vcode, vcount, code_changed, code_twice, nv):
                 tk[j] = k
                 used[0] += 1
             elif th[j] != 0 and th[j] != o:
-                _flag(vrow, vcode, vcount, rows.row0 + i, code_twice, nv)
+                flag(vrow, vcode, vcount, rows.row0 + i, code_twice, nv)
             th[j] = o
         elif c == OP_EVICT or c == OP_DELETE or c == OP_INVALIDATE:
             j = _slot(tk, td, k, place, False)
             if j >= 0 and th[j] == o:
                 th[j] = 0
-
-
-@njit(inline="always")
-def _flag(vrow, vcode, vcount, row, code, nv):
-    n = vcount[nv]
-    if n < vrow.shape[0]:
-        vrow[n] = row
-        vcode[n] = code
-    vcount[code] += 1
-    vcount[nv] += 1

@@ -38,6 +38,7 @@ import numpy as np
 from devicemodels.jit import njit
 
 from kvreplay import keycheck
+from kvreplay.violation_log import flag
 from kvreplay.schema import (
     KINDS,
     OP_COMMIT,
@@ -218,26 +219,26 @@ def _check(rows, st, cfg):
             break
         row = row0 + i
         if ts[i] < lt:
-            nf += _flag(vrow, vcode, vcount, row, V_TIME)
+            nf += flag(vrow, vcode, vcount, row, V_TIME, NV)
         lt = ts[i]
         o = oi[i]
         t = tier[i]
         c = op[i]
         k = kind[i] if with_kind else 0
         if c < 0 or c >= nops or t < 0 or t >= ntiers or k < 0 or k >= nkinds:
-            nf += _flag(vrow, vcode, vcount, row, V_ENUM)
+            nf += flag(vrow, vcode, vcount, row, V_ENUM, NV)
             continue
         nb = nbytes[i]
         if nb <= 0 or nb >= MAX_NBYTES:
-            nf += _flag(vrow, vcode, vcount, row, V_SIZE)
+            nf += flag(vrow, vcode, vcount, row, V_SIZE, NV)
             nb &= MAX_NBYTES - 1  # (stored in its bits: the size check below still sees a change)
         if full:
             if ntok[i] < 0:
-                nf += _flag(vrow, vcode, vcount, row, V_TOKENS)
+                nf += flag(vrow, vcode, vcount, row, V_TOKENS, NV)
             if req[i] < -1 or sess[i] < -1:
-                nf += _flag(vrow, vcode, vcount, row, V_IDS)
+                nf += flag(vrow, vcode, vcount, row, V_IDS, NV)
         if o == 0:
-            nf += _flag(vrow, vcode, vcount, row, V_ZERO)
+            nf += flag(vrow, vcode, vcount, row, V_ZERO, NV)
             continue
         w = obj[o]
         st = (w >> STATE_SHIFT) & 3
@@ -250,24 +251,24 @@ def _check(rows, st, cfg):
                     w = _with_state(w, ST_DELETED)
                 obj[o] = w
                 continue
-            nf += _flag(vrow, vcode, vcount, row, V_DEL_COPIES)
+            nf += flag(vrow, vcode, vcount, row, V_DEL_COPIES, NV)
             obj[o] = _with_state(w & ~COPIES_MASK, ST_DELETED)
             continue
         if st == ST_DELETED:
-            nf += _flag(vrow, vcode, vcount, row, V_AFTER_DELETE)
+            nf += flag(vrow, vcode, vcount, row, V_AFTER_DELETE, NV)
             continue
         if st == ST_NEW:
             if c != OP_CREATE and c != OP_TRANSFORM:
-                nf += _flag(vrow, vcode, vcount, row, V_UNKNOWN)
+                nf += flag(vrow, vcode, vcount, row, V_UNKNOWN, NV)
                 continue
             if full:
                 p = pi[i]
                 if p == o and p != 0:
-                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_SELF)
+                    nf += flag(vrow, vcode, vcount, row, V_PARENT_SELF, NV)
                 elif p < 0 or (p > 0 and (obj[p] >> STATE_SHIFT) & 3 == ST_NEW):
-                    nf += _flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN)
+                    nf += flag(vrow, vcode, vcount, row, V_PARENT_UNKNOWN, NV)
                 elif c == OP_TRANSFORM and (p == 0 or (obj[p] >> STATE_SHIFT) & 3 != ST_LIVE):
-                    nf += _flag(vrow, vcode, vcount, row, V_TPARENT)
+                    nf += flag(vrow, vcode, vcount, row, V_TPARENT, NV)
             w = (np.int64(ST_LIVE) << STATE_SHIFT) | (np.int64(k) << KIND_SHIFT) | (np.int64(nb) << SIZE_SHIFT)
             if c == OP_CREATE:
                 w |= pbit
@@ -276,29 +277,29 @@ def _check(rows, st, cfg):
         # live object (a reused id first: its size and kind differing follow from it)
         reused = c == OP_CREATE or c == OP_TRANSFORM
         if reused:
-            nf += _flag(vrow, vcode, vcount, row, V_REUSED)
+            nf += flag(vrow, vcode, vcount, row, V_REUSED, NV)
         if nb != w >> SIZE_SHIFT:
-            nf += _flag(vrow, vcode, vcount, row, V_SIZE_CHANGED)
+            nf += flag(vrow, vcode, vcount, row, V_SIZE_CHANGED, NV)
         if k != (w >> KIND_SHIFT) & 15:
-            nf += _flag(vrow, vcode, vcount, row, V_KIND_CHANGED)
+            nf += flag(vrow, vcode, vcount, row, V_KIND_CHANGED, NV)
         if reused:
             pass
         elif c == OP_COMMIT:
             if w & pbit:
                 obj[o] = (w & ~pbit) | bit
             else:
-                nf += _flag(vrow, vcode, vcount, row, V_COMMIT)
+                nf += flag(vrow, vcode, vcount, row, V_COMMIT, NV)
         elif c == OP_PERSIST or c == OP_RECOVER:
             if w & (bit | pbit):
-                nf += _flag(vrow, vcode, vcount, row, V_PRESENT)
+                nf += flag(vrow, vcode, vcount, row, V_PRESENT, NV)
             else:
                 obj[o] = w | bit
         elif c == OP_LOAD or c == OP_HIT:
             if not (w & bit):
-                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+                nf += flag(vrow, vcode, vcount, row, V_NOT_PRESENT, NV)
         elif c == OP_EVICT or c == OP_INVALIDATE or c == OP_DELETE:
             if not (w & (bit | pbit)):
-                nf += _flag(vrow, vcode, vcount, row, V_NOT_PRESENT)
+                nf += flag(vrow, vcode, vcount, row, V_NOT_PRESENT, NV)
             w &= ~(bit | pbit)
             if c == OP_DELETE:
                 w = _with_state(w, ST_DELETED if (w & COPIES_MASK) == 0 else ST_DELETING)
@@ -309,17 +310,6 @@ def _check(rows, st, cfg):
 @njit(inline="always")
 def _with_state(w, st):
     return (w & ~(np.int64(3) << STATE_SHIFT)) | (np.int64(st) << STATE_SHIFT)
-
-
-@njit(inline="always")
-def _flag(vrow, vcode, vcount, row, code):
-    n = vcount[NV]
-    if n < vrow.shape[0]:
-        vrow[n] = row
-        vcode[n] = code
-    vcount[code] += 1
-    vcount[NV] += 1
-    return 1
 
 
 @njit

@@ -135,12 +135,19 @@ def ruh_bytes_figure(run: Run) -> Figure:
     return fig
 
 
+def _same_as(drawn: list[tuple[str, np.ndarray, np.ndarray]], x: np.ndarray, y: np.ndarray) -> str | None:
+    """The label of an already drawn series with exactly these points (gaps, NaN, equal too), if any: a line
+    that would hide under it is named "(= label)" in the legend."""
+    return next((d for d, dx, dy in drawn if np.array_equal(dx, x) and np.array_equal(dy, y, equal_nan=True)),
+                None)
+
+
 def _cdf_steps(ax, curves: list[tuple[str, np.ndarray, np.ndarray]], fontsize: int = 8) -> None:
     """Step CDFs, each in its own style (SERIES_STYLES) and the same colour order; a series equal to an
     earlier one says so in the legend ("= object_read") and is drawn thinner on top of it."""
     drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
     for k, (label, x, y) in enumerate(curves):
-        same = next((d for d, dx, dy in drawn if np.array_equal(dx, x) and np.array_equal(dy, y)), None)
+        same = _same_as(drawn, x, y)
         ax.step(x / 1e6, y, where="post", color=f"C{k % 10}", label=label + (f" (= {same})" if same else ""),
                 **_style(k))
         drawn.append((label, x, y))
@@ -181,8 +188,7 @@ def tiers_waf_figure(run: Run) -> Figure:
         drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
         for k, tier in enumerate(dict.fromkeys(tiers.tolist())):
             m = tiers == tier
-            same = next((d for d, dx, dy in drawn if np.array_equal(dx, x[m]) and np.array_equal(dy, cum[m],
-                                                                                                  equal_nan=True)), None)
+            same = _same_as(drawn, x[m], cum[m])
             ax.plot(x[m], cum[m], color=f"C{k % 10}", label=f"{tier}: end-to-end WAF (cumulative)" +
                     (f" (= {same})" if same else ""), **_style(k))
             drawn.append((tier, x[m], cum[m]))

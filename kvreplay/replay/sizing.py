@@ -71,6 +71,7 @@ AUTO_SIZED: dict[str, dict[str, str]] = {
     "dram": {"page_bytes": "1MiB mapping unit", "dram_bytes": "peak live data / fill_ratio"},
 }
 
+
 def sized_by_replay(sizing: dict[str, Any] | None, explicit: set[str], groups: Any) -> set[str]:
     """``group.field`` of every device field a run's replay set itself, read from the run's sizing record
     (config.json ``sizing``) and the fields the user gave (``explicit``, bare or ``group.field``)."""
