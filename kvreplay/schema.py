@@ -201,10 +201,10 @@ class TraceWriter:
         except OSError as exc:
             raise KvbedError(f"cannot create the output directory ({exc.strerror or exc})", where=str(self.path)) from None
         self.tmp: Path | None = None  # made when the first row group (or the close) opens the file
-        self.meta = meta
-        meta.format_version = FORMAT_VERSION  # a v1 trace rewritten (sorted, cut) is v2 with its keys 0: none known
-        if not meta.created_by:
-            meta.created_by = f"kvbed {__version__}"
+        # a copy: the caller's meta stays as it was (a v1 trace's meta, rewritten sorted or cut, is written as v2
+        # with its keys 0: none known)
+        self.meta = dataclasses.replace(meta, format_version=FORMAT_VERSION,
+                                        created_by=meta.created_by or f"kvbed {__version__}")
         self.tenants = list(tenants or ["default"])
         self.scopes = list(scopes or ["default"])
         self.row_group_rows = row_group_rows
@@ -290,8 +290,8 @@ class TraceWriter:
             return self.path
         self._closed = True
         if meta is not None:
-            self.meta = meta
-            meta.format_version = FORMAT_VERSION
+            self.meta = dataclasses.replace(meta, format_version=FORMAT_VERSION,
+                                            created_by=meta.created_by or self.meta.created_by)
         if self._writer is None:
             self._writer = self._open(self.meta.to_json())
         self._writer.add_key_value_metadata({META_KEY.decode(): self.meta.to_json()})

@@ -56,6 +56,19 @@ def test_streaming_row_groups_and_final_meta(tmp_path):
     assert r.meta.tier_stats == {"ssd": {"hit_ratio": 0.5}}
 
 
+def test_writer_leaves_the_callers_meta_alone(tmp_path):
+    """A v1 trace's meta handed to the writer (sort, cut) is written as v2 but stays v1 for its caller, which
+    may still describe the input with it."""
+    meta = TraceMeta(format_version=1, created_by="")
+    w = TraceWriter(tmp_path / "m.parquet", meta, tenants=["a", "b"])
+    w.write(batch(3))
+    w.close(meta)
+    assert (meta.format_version, meta.created_by) == (1, "")
+    r = TraceReader(tmp_path / "m.parquet")
+    assert r.meta.format_version == 2
+    assert r.meta.created_by.startswith("kvbed ")
+
+
 def test_unsorted_write_is_refused_and_leaves_nothing(tmp_path):
     path = tmp_path / "u.parquet"
     with pytest.raises(KvbedError, match="not sorted"):
