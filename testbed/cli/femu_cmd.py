@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvbed.core.params import format_value
 from testbed.cli.options import param_option
 from testbed.cli.registry_help import LazyChoice
 
@@ -85,20 +86,34 @@ def status_cmd(src, as_json):
 @param_option("device or VM parameter, e.g. nruh=8 ru_bytes=16MiB")
 @click.option("--json", "as_json", is_flag=True, help="print the options and their mapping as JSON")
 def args_cmd(device, params, as_json):
-    """The FEMU device options for DEVICE with these parameters, and where each value comes from."""
-    from testbed.femu import devices as fd
-    from testbed.vm import qemu
+    """The FEMU device options for DEVICE with these parameters, and where each value comes from.
 
-    p = qemu.resolve_params(device, list(params))
+    Parameters not given that FEMU cannot express take a value it can (its reclaim unit is one line, its
+    handles are persistently isolated, it collects on a threshold checked after every command, ...): listed
+    under "chosen for FEMU", as `kvbed up --backend femu` chooses them."""
+    from testbed.femu import devices as fd
+    from testbed.femu.defaults import femu_params
+
+    p, chosen = femu_params(device, list(params))
     m = fd.femu_mapping(device, p)
     if as_json:
         click.echo(json.dumps({"args": m.args(), "mapping": [r._asdict() for r in m.rows],
-                               "host_bytes": m.host_bytes}, indent=2))
+                               "chosen": [{"field": c.field, "value": c.value, "model_default": c.model_default,
+                                           "why": c.why} for c in chosen],
+                               "host_bytes": m.host_bytes}, indent=2, default=str))
         return
+    con = Console()
+    if chosen:
+        ct = Table(title="chosen for FEMU (not given; the model's default is not expressible)", title_justify="left")
+        for c in ("parameter", "value", "model default", "why"):
+            ct.add_column(c)
+        for c in chosen:
+            ct.add_row(c.field, format_value(c.field, c.value), format_value(c.field, c.model_default), c.why)
+        con.print(ct)
     t = Table(title=f"FEMU {device}: -device options from kvbed's parameters")
     for c in ("device", "option", "value", "from"):
         t.add_column(c)
     for r in m.rows:
         t.add_row(r.device, r.option, str(r.value), r.source)
-    Console().print(t)
+    con.print(t)
     click.echo(" ".join(m.args()))

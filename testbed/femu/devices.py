@@ -58,6 +58,7 @@ nand_page_bytes beyond the latencies, gc_d_choices for other policies) are ignor
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -84,19 +85,31 @@ class Row(NamedTuple):
     source: str  # the kvbed field (or fixed reason) it comes from
 
 
+class Refusal(NamedTuple):
+    """What FEMU cannot express: the message, and the values that would work (field -> value) where one
+    choice is FEMU's own (a default kvbed may pick when the user did not give the field)."""
+
+    text: str
+    fix: dict[str, Any]
+
+
 @dataclass
 class FemuMapping:
     """FEMU's options for one device with where each comes from, plus the host memory it needs."""
 
     rows: list[Row] = field(default_factory=list)
     host_bytes: int = 0
-    problems: list[str] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [r.text for r in self.refusals]
 
     def add(self, device: str, option: str, value: Any, source: str) -> None:
         self.rows.append(Row(device, option, value, source))
 
-    def refuse(self, msg: str) -> None:
-        self.problems.append(msg)
+    def refuse(self, msg: str, **fix: Any) -> None:
+        self.refusals.append(Refusal(msg, fix))
 
     def args(self, *, bus: str = "pcie.0") -> list[str]:
         out = []
@@ -119,6 +132,28 @@ def _percent_for(lines: int, free: int) -> int | None:
     return None
 
 
+def expressible_free_lines(lines: int) -> list[int]:
+    """Every free-line count FEMU's integer-percent thresholds can state for ``lines`` lines (ascending)."""
+    return sorted({int((1 - p / 100.0) * lines) for p in range(0, 101)})
+
+
+def _at_or_above(lines: int, free: int) -> int:
+    """The smallest expressible count >= ``free`` (``free`` itself when FEMU can state it)."""
+    ok = [f for f in expressible_free_lines(lines) if f >= max(1, free)]
+    return ok[0] if ok else free
+
+
+def _nearest_free(lines: int, free: int, *, up: bool) -> int:
+    """The expressible count nearest ``free``: the smallest above it (``up``) or the largest below it,
+    never under 1 line."""
+    ok = [f for f in expressible_free_lines(lines) if f >= 1]
+    above = [f for f in ok if f > free]
+    below = [f for f in ok if f < free]
+    if up:
+        return above[0] if above else below[-1]
+    return below[-1] if below else above[0]
+
+
 def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
     """The black-box SSD's geometry and timing (conv and fdp); returns the line count."""
     from devicemodels import ftl_state
@@ -128,18 +163,20 @@ def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
     if fl.page_bytes % FEMU_LBA_BYTES:
         m.refuse(f"page_bytes={fl.page_bytes} (FEMU's page is a whole number of 512-byte sectors)")
     if fl.blocks_per_line not in (0, fl.dies):
-        m.refuse(f"blocks_per_line={fl.blocks_per_line} (FEMU's line is one block on every die: 0 or {fl.dies})")
+        m.refuse(f"blocks_per_line={fl.blocks_per_line} (FEMU's line is one block on every die: 0 or {fl.dies})",
+                 blocks_per_line=0)
     if fl.gc_bg_trigger == "idle":
         m.refuse(f"gc_bg_trigger={fl.gc_bg_trigger} (FEMU collects when free lines reach its threshold: "
-                 f"per-command, or threshold)")
+                 f"per-command, or threshold)", gc_bg_trigger="per-command")
     if fl.write_buffer_bytes:
-        m.refuse(f"write_buffer_bytes={format_size(fl.write_buffer_bytes)} (FEMU's SSD has no write buffer: 0)")
+        m.refuse(f"write_buffer_bytes={format_size(fl.write_buffer_bytes)} (FEMU's SSD has no write buffer: 0)",
+                 write_buffer_bytes=0)
     if not fl.timing:
-        m.refuse("timing=false (FEMU always emulates NAND latency: true)")
+        m.refuse("timing=false (FEMU always emulates NAND latency: true)", timing=True)
     try:
-        geo, _ = ftl_state.build(fl, fdp) if not m.problems else (None, None)
+        geo, _ = ftl_state.build(fl, fdp) if not m.refusals else (None, None)
     except KvbedError as exc:
-        m.refuse(str(exc))
+        m.refuse(str(exc) + _lower_thresholds(fl, fdp), **_smaller_lines(fl, fdp))
         geo = None
     if geo is None:
         return 0
@@ -161,6 +198,10 @@ def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
         if v > INT32_MAX:
             m.refuse(f"{src.split()[0]} gives {opt}={v} ns (FEMU's option is a 32-bit int)")
         m.add("femu", opt, v, src)
+    # the values that would work: the nearest expressible counts at or above the model's (never fewer free
+    # lines than asked for), background GC starting above foreground GC
+    fg_fix = _at_or_above(lines, fl.gc_fg_free_lines)
+    fixes = {"gc_fg_free_lines": fg_fix, "gc_bg_free_lines": _at_or_above(lines, max(fl.gc_bg_free_lines, fg_fix + 1))}
     for opt, free, name, pct in (("gc_thres_pcent", fl.gc_bg_free_lines, "gc_bg_free_lines", fl.gc_bg_used_pct),
                                  ("gc_thres_pcent_high", fl.gc_fg_free_lines, "gc_fg_free_lines", fl.gc_fg_used_pct)):
         if pct:  # FEMU's own semantics (preset=femu): the percent is the option
@@ -168,12 +209,51 @@ def _geometry(m: FemuMapping, fl: FlashParams, fdp: FdpParams | None) -> int:
             continue
         p = _percent_for(lines, free)
         if p is None:
-            m.refuse(f"{name}={free} (FEMU's threshold is an integer percent of {lines} lines; "
-                     f"no percent gives {free})")
+            near = sorted({_nearest_free(lines, free, up=False), _nearest_free(lines, free, up=True)})
+            # a new foreground threshold may reach the background one: move that too (bg <= fg turns it off)
+            fix = fixes if name == "gc_fg_free_lines" and fl.gc_bg_free_lines <= fg_fix else {name: fixes[name]}
+            m.refuse(f"{name}={free} (FEMU's threshold is an integer percent of {lines} lines; no percent gives "
+                     f"{free}; the nearest that do: {' and '.join(map(str, near))})", **fix)
         else:
             m.add("femu", opt, p, f"{name}={free} of {lines} lines")
     m.host_bytes = fl.logical_bytes + HOST_OVERHEAD_BYTES
     return lines
+
+
+def _lower_thresholds(fl: FlashParams, fdp: FdpParams | None) -> str:
+    """With FEMU's percent thresholds (preset=femu keeps 25% of the lines free): the largest background
+    percent under which GC makes progress, as text to add to the refusal ('' if none or not percent)."""
+    from devicemodels import ftl_state
+
+    if not fl.gc_bg_used_pct:
+        return ""
+    for pct in range(fl.gc_bg_used_pct + 1, 100):
+        f2 = dataclasses.replace(fl, gc_bg_used_pct=pct, gc_fg_used_pct=max(fl.gc_fg_used_pct, pct + 1))
+        try:
+            ftl_state.build(f2, fdp)
+        except KvbedError:
+            continue
+        return (f"; or with gc_bg_used_pct={fl.gc_bg_used_pct}: gc_bg_used_pct={pct}"
+                + (f" gc_fg_used_pct={f2.gc_fg_used_pct}" if f2.gc_fg_used_pct != fl.gc_fg_used_pct else ""))
+    return ""
+
+
+def _smaller_lines(fl: FlashParams, fdp: FdpParams | None) -> dict[str, Any]:
+    """When the layout is refused (too little over-provisioning for lines this long): the largest block,
+    halving pages_per_block down to 16, whose lines (FEMU's reclaim units) let GC make progress; {} if none."""
+    from devicemodels import ftl_state
+
+    ppb = fl.pages_per_block // 2
+    while ppb >= 16:
+        f2 = dataclasses.replace(fl, pages_per_block=ppb)
+        d2 = dataclasses.replace(fdp, ru_bytes=f2.dies * ppb * f2.page_bytes) if fdp is not None else None
+        try:
+            ftl_state.build(f2, d2)
+        except KvbedError:
+            ppb //= 2
+            continue
+        return {"pages_per_block": ppb, **({"ru_bytes": d2.ru_bytes} if d2 is not None else {})}
+    return {}
 
 
 def _mdts(m: FemuMapping, vm) -> None:
@@ -184,9 +264,13 @@ def _mdts(m: FemuMapping, vm) -> None:
 def conv_args(p: dict[str, Any], m: FemuMapping) -> None:
     fl: FlashParams = p["flash"]
     if fl.gc_separate_frontier:
-        m.refuse("gc_separate_frontier=true (FEMU's GC writes at the host's write pointer: false)")
+        # GC copying into the host's open line must still find a free line to continue into: the model needs
+        # gc_fg_free_lines >= 2 then (and background GC above it)
+        m.refuse("gc_separate_frontier=true (FEMU's GC writes at the host's write pointer: false)",
+                 gc_separate_frontier=False, gc_fg_free_lines=max(2, fl.gc_fg_free_lines),
+                 gc_bg_free_lines=max(3, fl.gc_bg_free_lines, fl.gc_fg_free_lines + 1))
     if fl.gc_policy not in CONV_GC_POLICIES:
-        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's line GC has {', '.join(CONV_GC_POLICIES)})")
+        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's line GC has {', '.join(CONV_GC_POLICIES)})", gc_policy="greedy")
     _geometry(m, fl, None)
     if not m.problems:
         m.add("femu", "gc_policy", fl.gc_policy, "gc_policy")
@@ -201,17 +285,17 @@ def fdp_args(p: dict[str, Any], m: FemuMapping) -> None:
     line_bytes = fl.dies * fl.pages_per_block * fl.page_bytes
     if fd.ru_bytes != line_bytes:
         m.refuse(f"ru_bytes={format_size(fd.ru_bytes)} (FEMU's reclaim unit is one line: channels x "
-                 f"dies_per_channel x pages_per_block x page_bytes = {format_size(line_bytes)})")
+                 f"dies_per_channel x pages_per_block x page_bytes = {format_size(line_bytes)})", ru_bytes=line_bytes)
     if fd.nrg != 1:
-        m.refuse(f"nrg={fd.nrg} (placement ids are handle indexes: 1)")
+        m.refuse(f"nrg={fd.nrg} (placement ids are handle indexes: 1)", nrg=1)
     if fd.ruh_type == "initially":
         m.refuse(f"ruh_type={fd.ruh_type} (FEMU isolates every RUH persistently, or all but the last: "
-                 f"persistently or last-initially)")
+                 f"persistently or last-initially)", ruh_type="persistently")
     if fd.ruh_type == "last-initially" and fd.ii_gc_dest != "last-ruh":
         m.refuse(f"ii_gc_dest={fd.ii_gc_dest} (FEMU's initially isolated RUH collects into its own host RU: "
-                 f"last-ruh)")
+                 f"last-ruh)", ii_gc_dest="last-ruh")
     if fl.gc_policy not in FDP_GC_STRATEGIES:
-        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's FDP GC has {', '.join(FDP_GC_STRATEGIES)})")
+        m.refuse(f"gc_policy={fl.gc_policy} (FEMU's FDP GC has {', '.join(FDP_GC_STRATEGIES)})", gc_policy="greedy")
     lines = _geometry(m, fl, fd if not m.problems else None)
     if m.problems:
         return
@@ -248,8 +332,11 @@ def zns_args(p: dict[str, Any], m: FemuMapping) -> None:
                   if (r, w) == (fl.page_read_ns, fl.page_program_ns)), None)
     if ftype is None:
         kinds = ", ".join(f"{k}: page_read_ns={r} page_program_ns={w}" for k, (_, r, w) in ZNS_FLASH_TYPES.items())
+        # FEMU's own default is qlc (12 ms programs: slow under TCG); tlc's read latency is the nearest to the
+        # model's default 40 us
         m.refuse(f"page_read_ns={fl.page_read_ns} page_program_ns={fl.page_program_ns} (FEMU's ZNS timing is "
-                 f"one of its flash types: {kinds})")
+                 f"one of its flash types: {kinds})", page_read_ns=ZNS_FLASH_TYPES["tlc"][1],
+                 page_program_ns=ZNS_FLASH_TYPES["tlc"][2])
     if m.problems:
         return
     m.add("femu", "devsz_mb", fl.logical_bytes // MiB, "logical_bytes / MiB")

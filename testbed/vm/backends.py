@@ -39,6 +39,10 @@ class VmBackend:
         """(accel, reason) when the backend can only run one way."""
         return None
 
+    def resolve_params(self, device: str, overrides=()) -> dict[str, Any]:
+        """The device's parameters from the user's ``k=v`` overrides, with this backend's defaults."""
+        return qemu.resolve_params(device, overrides)
+
     def check(self, device: str, p: dict[str, Any]) -> None:
         """Refuse, in one line, a device or parameters this backend cannot run (before anything starts)."""
         if device not in self.devices():
@@ -102,6 +106,13 @@ class FemuBackend(VmBackend):
 
     def forced_accel(self):
         return "tcg", "FEMU is built without KVM"
+
+    def resolve_params(self, device, overrides=()):
+        if device not in self.devices():
+            return super().resolve_params(device, overrides)  # check() refuses it in one line
+        from testbed.femu.defaults import femu_params
+
+        return femu_params(device, overrides)[0]
 
     def check(self, device, p):
         super().check(device, p)

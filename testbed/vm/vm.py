@@ -145,7 +145,7 @@ class Vm:
         ``backend``: the emulator (testbed.vm.backends: qemu, femu); it checks the device first."""
         log = log or (lambda s: None)
         be = backends.backend(backend)
-        p = params if params is not None else qemu.resolve_params(device, overrides)
+        p = params if params is not None else be.resolve_params(device, overrides)
         be.check(device, p)
         qemu_bin = qemu_bin or be.binary()
         forced = be.forced_accel()

@@ -19,10 +19,11 @@ import pytest
 from devicemodels.base import OP_READ, OP_WRITE, op_batch
 from kvbed.core.errors import KvbedError
 from testbed.femu import build as fb
+from testbed.femu.defaults import femu_params
 from testbed.femu.devices import femu_mapping
 from testbed.vm import backends, checks, cmdline, qemu
 from tests.support.femu_tree import fake_femu_tree
-from tests.support.cli import kvbed, one_line_error, params
+from tests.support.cli import kvbed, ok, one_line_error, params
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -60,22 +61,72 @@ def test_fdp_options_come_from_the_dataclasses():
 
 
 def test_what_femu_cannot_express_is_one_line_exit_2(tmp_path):
-    # the model's defaults: 16 MiB RUs, initially isolated handles, idle-time GC: FEMU has none of them
-    res = kvbed("femu", "args", "-d", "fdp")
-    one_line_error(res, "FEMU cannot express: ru_bytes=16MiB", "one line", "= 64MiB", "ruh_type=initially",
-                   "gc_bg_trigger=idle")
+    # values the user gave are refused (never changed), each with what FEMU would take
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params("ru_bytes=16MiB", "ruh_type=initially")),
+                   "FEMU cannot express: ru_bytes=16MiB", "one line", "= 64MiB", "ruh_type=initially",
+                   "persistently or last-initially")
     one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "blocks_per_line=4")), "blocks_per_line=4")
     one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "gc_policy=d-choices")), "gc_policy=d-choices")
     one_line_error(kvbed("femu", "args", "-d", "fdp", *params(*FDP_OK, "write_buffer_bytes=1MiB")), "write_buffer_bytes=1MiB")
-    one_line_error(kvbed("femu", "args", "-d", "conv", "--param", "gc_bg_trigger=threshold"),
+    one_line_error(kvbed("femu", "args", "-d", "conv", *params("gc_bg_trigger=threshold", "gc_separate_frontier=true")),
                    "gc_separate_frontier=true")
-    one_line_error(kvbed("femu", "args", "-d", "zns"), "FEMU's ZNS timing is one of its flash types")
+    one_line_error(kvbed("femu", "args", "-d", "zns", *params("page_read_ns=40us")), "FEMU's ZNS timing is one of its flash types")
+    # 8 GiB of 64 MiB lines at 7% OP: 548 lines (shorter lines, chosen), int((1 - p/100) x 548) is 0, 5, 10, ...
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params("logical_bytes=8GiB", "gc_bg_free_lines=2")),
+                   "gc_bg_free_lines=2", "548 lines", "the nearest that do: 5")
+    # preset=femu keeps 25% of the 80 lines free: at 25% OP GC cannot make progress; 90% (8 free) can
+    one_line_error(kvbed("femu", "args", "-d", "fdp", *params("preset=femu", "logical_bytes=4GiB", "op_ratio=0.25",
+                                                              "nruh=4")),
+                   "too small for GC to make progress", "gc_bg_used_pct=90")
     # `kvbed up` refuses before it looks for a FEMU binary or starts anything
     env = {"KVBED_STATE_DIR": str(tmp_path / "vms"), "KVBED_CACHE_DIR": str(tmp_path / "cache")}
-    one_line_error(kvbed("up", "--backend", "femu", "-d", "fdp", env=env), "FEMU cannot express: ru_bytes=16MiB")
+    one_line_error(kvbed("up", "--backend", "femu", "-d", "fdp", *params("ruh_type=initially"), env=env),
+                   "FEMU cannot express: ruh_type=initially")
     one_line_error(kvbed("up", "--backend", "femu", "-d", "cxl", env=env), "the femu backend has no cxl device")
     one_line_error(kvbed("up", "--backend", "nosuch", "-d", "fdp", env=env), "unknown VM backend 'nosuch'")
     assert not (tmp_path / "vms").exists()
+
+
+def _chosen(device: str, *overrides: str) -> dict:
+    p, chosen = femu_params(device, overrides)
+    femu_mapping(device, p)  # expressible, or this raises
+    return {c.field: c.value for c in chosen}
+
+
+def test_femu_defaults_from_capacity_op_and_handles_alone():
+    """Fields the user left out that FEMU cannot express take a value it can; the model gets the same ones."""
+    # 4 GiB, 25% OP: 80 lines of 64 dies x 256 pages x 4 KiB = 64 MiB (FEMU's RU); thresholds 2 and 1 free
+    # lines are int((1 - 0.97) x 80) and int((1 - 0.98) x 80)
+    assert _chosen("fdp", "logical_bytes=4GiB", "op_ratio=0.25", "nruh=4") == {
+        "ru_bytes": 64 * MiB, "ruh_type": "persistently", "gc_bg_trigger": "per-command"}
+    p, _ = femu_params("fdp", ["logical_bytes=4GiB", "op_ratio=0.25", "nruh=4"])
+    f = _opts(femu_mapping("fdp", p).args(), "femu")
+    assert (f["gc_thres_pcent"], f["gc_thres_pcent_high"], f["blks_per_pl"]) == ("97", "98", "80")
+    # 1 GiB, 25% OP: 64 MiB lines give 20 lines for 16 live + 8 open (4 RUHs x host and GC) + 1 + 1: too few;
+    # 128 pages (32 MiB lines): 40 < 32 + 10; 64 pages (16 MiB lines): 80 >= 64 + 10
+    assert _chosen("fdp", "logical_bytes=1GiB", "op_ratio=0.25", "nruh=4") == {
+        "ru_bytes": 16 * MiB, "ruh_type": "persistently", "gc_bg_trigger": "per-command", "pages_per_block": 64}
+    # what the user gave stays: their RU size and 128-page blocks (32 MiB lines) at 4 GiB and 25% OP
+    assert "ru_bytes" not in _chosen("fdp", "logical_bytes=4GiB", "op_ratio=0.25", "pages_per_block=128",
+                                     "ru_bytes=32MiB")
+    # conv: GC into the host's open line needs a second free line, background GC above it
+    assert _chosen("conv", "logical_bytes=4GiB", "op_ratio=0.25") == {
+        "gc_separate_frontier": False, "gc_fg_free_lines": 2, "gc_bg_free_lines": 3, "gc_bg_trigger": "per-command"}
+    # zns: FEMU's flash type nearest the model's 40 us reads (tlc)
+    assert _chosen("zns", "logical_bytes=4GiB") == {"page_read_ns": 32_000, "page_program_ns": 937_500}
+    # a preset's fields count as given: preset=femu at 50% OP keeps its own thresholds
+    assert "gc_bg_free_lines" not in _chosen("fdp", "preset=femu", "logical_bytes=4GiB", "op_ratio=0.5", "nruh=4")
+
+
+def test_femu_args_lists_the_chosen_values():
+    out = json.loads(ok(kvbed("femu", "args", "-d", "fdp", "--json",
+                              *params("logical_bytes=4GiB", "op_ratio=0.25", "nruh=4"))).stdout)
+    assert {c["field"]: (c["value"], c["model_default"]) for c in out["chosen"]} == {
+        "ru_bytes": (64 * MiB, 16 * MiB), "ruh_type": ("persistently", "initially"),
+        "gc_bg_trigger": ("per-command", "idle")}
+    assert any("fdp.runs=67108864" in a for a in out["args"])
+    text = ok(kvbed("femu", "args", "-d", "fdp", *params("logical_bytes=4GiB", "op_ratio=0.25", "nruh=4")))
+    assert "chosen for FEMU" in text.stdout and "persistently" in text.stdout
 
 
 def test_host_memory_is_checked_before_start(tmp_path, monkeypatch):

@@ -156,3 +156,34 @@ def test_femu_and_the_femu_preset_agree_on_uniform_overwrites(femu):
     assert abs(model["waf"] / fo["waf"] - 1) < 0.05
     assert abs(model["erases"] / fo["erases"] - 1) < 0.05
     assert own["waf"] < 0.9 * fo["waf"]
+
+
+@pytest.mark.parametrize("device,given", [
+    ("fdp", ("logical_bytes=512MiB", "op_ratio=0.25", "nruh=4")),
+    ("conv", ("logical_bytes=512MiB", "op_ratio=0.25")),
+    ("zns", ("logical_bytes=1GiB",)),
+])
+def test_a_femu_vm_from_capacity_op_and_handles_alone_replays(femu, tmp_path, device, given):
+    """`kvbed up --backend femu` with only capacity, OP (and handles): the values FEMU cannot take are chosen
+    (the VM's saved parameters hold them, so the model beside it is the same device) and a small trace
+    replays on the guest with every cross-check passing."""
+    trace = two_lifetimes(tmp_path / "t.parquet", n_objects=200, obj_bytes=64 * 1024, long_life_ns=200_000_000,
+                          row_group_rows=500)
+    name = f"femud{device}"
+    res = kvbed("up", "--backend", "femu", "-d", device, "-n", name, *params(*given, "mem_bytes=512MiB"))
+    assert res.exit_code == 0, res.output
+    try:
+        st = state.find(name)
+        flash = st.params.get("flash") or {}
+        if device == "fdp":
+            assert st.params["fdp"]["ruh_type"] == "persistently" and flash["gc_bg_trigger"] == "per-command"
+        elif device == "conv":
+            assert flash["gc_separate_frontier"] is False and flash["gc_fg_free_lines"] == 2
+        res = kvbed("replay", trace, "--vm", name, "-o", tmp_path / "r", "-q", "--no-plots")
+        assert res.exit_code == 0, res.output
+        r = json.loads((tmp_path / "r" / "result.json").read_text())
+    finally:
+        assert kvbed("down", name).exit_code == 0
+    v = r["vm"]
+    assert r["target"]["backend"] == "femu" and r["incomplete"] is False and v["cross_checks_ok"] is True, v
+    assert v["guest"]["bytes_written"] == r["jobs"][0]["user_bytes_written"] > 0
