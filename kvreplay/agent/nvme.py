@@ -271,6 +271,10 @@ class NvmeDevice:
             "host_read_commands": u128(64),
             "host_write_commands": u128(80),
             "media_errors": u128(160),
+            # vendor-specific bytes 192-255: FEMU's bbssd puts its host-programmed pages at 200 and the pages its
+            # GC relocated at 208 (u64 each); zero on devices that leave them reserved (QEMU's NVMe)
+            "vendor_u64_200": struct.unpack_from("<Q", d, 200)[0],
+            "vendor_u64_208": struct.unpack_from("<Q", d, 208)[0],
         }
 
     def fdp_configs(self) -> dict:

@@ -25,7 +25,7 @@ class FemuKv(BenchFigureSet):
         runs = {h: {side: {k: r[side][k] for k in KEEP} for side in ("femu", "model")} | {
                     "waf_ratio": r["ratio"]["waf"], "cross_checks_ok": r["cross_checks_ok"], "wall_s": r["wall_s"]}
                 for h, r in doc["results"].items()}
-        return {"device": doc["device"], "synth": doc["synth"], "runs": runs}
+        return {"device": doc.get("params", doc["device"]), "synth": doc["synth"], "runs": runs}
 
     def blocks(self, fig: dict[str, Any]) -> dict[str, str]:
         R = fig["runs"]

@@ -13,7 +13,9 @@ default 256-token objects), fp8 KV (1 MiB objects), a tenth of the session rate 
 tiers a tenth of the default objects (GPU 32 MiB, CPU 96 MiB, SSD 480 MiB). The device: FDP 512 MiB at 25%
 OP with 4 RUHs under ``preset=femu`` (FEMU's GC trigger, victim choice and eager reclaim units) with 8 MiB
 lines (32-page blocks; the reclaim unit is one line) and the background threshold at 93% of the lines used
-(FEMU's default 75% keeps a quarter of the lines free, which 25% OP cannot give).
+(FEMU's default 75% keeps a quarter of the lines free, which 25% OP cannot give). A conventional SSD takes
+the same trace at 10% OP with the values FEMU can express chosen for it (testbed/femu/defaults.py); it has no
+placement, so only no hints, and FEMU's figures come from its SMART log's page counters.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ SCALED_TOKENS = ("system_prompt_tokens=94", "chat_user_tokens=13", "chat_output_
 DEVICE = ("logical_bytes=512MiB", "op_ratio=0.25", "nruh=4", "preset=femu", "pages_per_block=32", "ru_bytes=8MiB",
           "gc_bg_used_pct=93", "gc_fg_used_pct=97")
 HINTS = ("none", "oracle")
+#: per device: its parameters on both sides and the hint policies that mean something on it
+DEVICES = {"fdp": (DEVICE, HINTS), "conv": (("logical_bytes=512MiB", "op_ratio=0.1"), ("none",))}
 
 
 def _pairs(kv: tuple[str, ...] | list[str]) -> list[str]:
@@ -56,10 +60,10 @@ def kvbed(*args: Any) -> None:
                          f"{(res.stderr or res.output).strip()[-400:]}")
 
 
-def run_femu(trace: Path, hints: str, out: Path, name: str = "femukv") -> dict[str, Any]:
+def run_femu(trace: Path, hints: str, out: Path, name: str = "femukv", device: str = "fdp") -> dict[str, Any]:
     """The trace on a fresh FEMU VM with ``hints``: FEMU's figures, the model's on the same completed commands,
     their ratio (FEMU / model) and whether every VM cross-check passed."""
-    kvbed("up", "--backend", "femu", "-d", "fdp", "-n", name, *_pairs([*DEVICE, "mem_bytes=1GiB"]))
+    kvbed("up", "--backend", "femu", "-d", device, "-n", name, *_pairs([*DEVICES[device][0], "mem_bytes=1GiB"]))
     try:
         kvbed("replay", trace, "--vm", name, "--hints", hints, "-o", out, "-q", "--no-plots")
     finally:

@@ -8,7 +8,9 @@ agent and the replay are the same for every backend.
 
 ``flash_stats``: whether the device's FDP statistics count flash (FEMU: GC copies and erases are
 real) or only the protocol (QEMU: media bytes follow host bytes), so the replay knows whose WAF to
-report as the device's.
+report as the device's. ``smart_flash_pages``: the SMART log fields (vendor area) in which the device counts
+the pages the host programmed and the pages its GC relocated (FEMU's conventional SSD, which has no FDP
+statistics), or None.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from testbed.vm import qemu
 class VmBackend:
     name: ClassVar[str]
     flash_stats: ClassVar[bool] = False
+    smart_flash_pages: ClassVar[tuple[str, str] | None] = None
     label: ClassVar[str] = ""
     #: emulator log lines that say nothing about why a VM ended (left out of one-line errors)
     log_noise: ClassVar[tuple[str, ...]] = ()
@@ -89,6 +92,9 @@ class FemuBackend(VmBackend):
 
     label = "FEMU"
     flash_stats = True
+    # hw/femu/nvme-admin.c nvme_smart_info: reserved2[8] = host_write_pages, reserved2[16] = gc_write_pages
+    # (bbssd/ftl-datapath.c, ftl-line-gc.c; the FDP path does not count them)
+    smart_flash_pages = ("vendor_u64_200", "vendor_u64_208")
     log_noise = ("Route MSIX vector to KVM failed", "add kvm msix virq failed")  # no KVM: harmless
 
     def devices(self):

@@ -49,7 +49,7 @@ def assemble(parts: dict[str, Any], rep: Replay, cfg: RunConfig, tgt: VmReplayTa
     fdp_log = _sum([log_delta(leg.before.get("fdp_stats"), leg.after.get("fdp_stats")) for leg in legs])
     smart = _sum([log_delta(leg.before.get("smart"), leg.after.get("smart")) for leg in legs])
     is_fdp = bool(tg.info.get("fdp"))
-    sources, versus = _job_figures(job, tgt, tg, vm, cfg, is_fdp, fdp_log, guest, power)
+    sources, versus = _job_figures(job, tgt, tg, vm, cfg, is_fdp, fdp_log, smart, guest, power)
     job["sources"] = sources
     res["sources"] = sources
     res["target"] = _target_section(tg, vm, ephemeral, vm_params, link)
@@ -92,10 +92,11 @@ def _end_last_leg(tgt: VmReplayTarget, tg: VmTarget) -> tuple[bool, str | None]:
 
 
 def _job_figures(job: dict[str, Any], tgt: VmReplayTarget, tg: VmTarget, vm: Vm, cfg: RunConfig, is_fdp: bool,
-                 fdp_log: dict[str, int], guest: dict[str, int], power: GuestPowerLoss | None
+                 fdp_log: dict[str, int], smart: dict[str, int], guest: dict[str, int], power: GuestPowerLoss | None
                  ) -> tuple[dict[str, str], dict[str, Any] | None]:
     """The job's host bytes written from the device (FDP statistics) or the guest, and, on a device that counts
-    flash, its WAF, media bytes and erases; (the source of each figure, the device vs the model or None)."""
+    flash (FDP statistics, or pages in the SMART log's vendor area), its WAF, media bytes and erases where it
+    counts them; (the source of each figure, the device vs the model or None)."""
     host_src = "device log" if is_fdp and fdp_log else "guest"
     if is_fdp and fdp_log:
         job["host_bytes_written"] = int(fdp_log["host_bytes_written"])
@@ -112,6 +113,13 @@ def _job_figures(job: dict[str, Any], tgt: VmReplayTarget, tg: VmTarget, vm: Vm,
         job["waf"], job["media_bytes_written"] = dev["waf"], dev["media_bytes_written"]
         job["erases"], job["media_bytes_erased"] = dev["erases"], dev["media_bytes_erased"]
         sources.update(waf=dev["source"], media_bytes_written=dev["source"], erases=dev["source"])
+    elif be.smart_flash_pages and not is_fdp and smart.get(be.smart_flash_pages[0], 0) > 0:
+        # a conventional flash SSD that counts host and relocated pages (no erases): its WAF and media bytes
+        versus = _device_vs_model_smart(smart, be.smart_flash_pages, tgt.model.counters(), tgt.page_bytes,
+                                        cfg.device_params["flash"], be.label)
+        dev = versus["device"]
+        job["waf"], job["media_bytes_written"] = dev["waf"], dev["media_bytes_written"]
+        sources.update(waf=dev["source"], media_bytes_written=dev["source"])
     if tg.info["kind"] == "cxl":
         sources = {"lat_ns": "guest", "object_lat_ns": "guest", "host_bytes_written": "guest",
                    "media_bytes_written": "model", "waf": "model"}
@@ -218,6 +226,27 @@ def _device_vs_model(fdp_log: dict[str, int], mc: dict[str, int], pb: int, flash
             "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
                                                          "media_bytes_erased", "erases")},
             "note": f"ratio = {label} / model; erases in blocks of pages_per_block x page_bytes"}
+
+
+def _device_vs_model_smart(smart: dict[str, int], fields: tuple[str, str], mc: dict[str, int], pb: int, flash,
+                           label: str) -> dict[str, Any]:
+    """A conventional SSD's page counters from its SMART log (host-programmed, GC-relocated pages of the flash
+    page size) beside the model's figures on the same completed command stream; it does not count erases."""
+    host, moved = (int(smart.get(k, 0)) * flash.page_bytes for k in fields)
+    dev = {"source": f"device log ({label} SMART vendor area: host and GC-relocated pages)",
+           "host_bytes_written": host, "media_bytes_written": host + moved, "gc_bytes_moved": moved,
+           "erases": None, "waf": (host + moved) / host if host else None}
+    mh, mm = int(mc.get("host_pages_written", 0)) * pb, int(mc.get("media_pages_written", 0)) * pb
+    mod = {"source": "model", "host_bytes_written": mh, "media_bytes_written": mm, "gc_bytes_moved": mm - mh,
+           "erases": int(mc.get("block_erases", 0)), "waf": mm / mh if mh else None}
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    return {"device": dev, "model": mod,
+            "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
+                                                         "gc_bytes_moved")},
+            "note": f"ratio = {label} / model; {label}'s conventional SSD counts no erases (erases: the model's only)"}
 
 
 def _sum(parts: list[dict | None]) -> dict[str, int]:

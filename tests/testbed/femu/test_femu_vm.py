@@ -187,6 +187,13 @@ def test_a_femu_vm_from_capacity_op_and_handles_alone_replays(femu, tmp_path, de
     v = r["vm"]
     assert r["target"]["backend"] == "femu" and r["incomplete"] is False and v["cross_checks_ok"] is True, v
     assert v["guest"]["bytes_written"] == r["jobs"][0]["user_bytes_written"] > 0
+    if device == "conv":  # FEMU's SMART vendor area: its host pages are the guest's bytes; no GC on this small trace
+        d = v["device_vs_model"]
+        assert r["sources"]["waf"].startswith("device log (FEMU SMART"), r["sources"]
+        assert d["device"]["host_bytes_written"] == v["guest"]["bytes_written"] == d["model"]["host_bytes_written"], d
+        assert d["device"]["waf"] == d["model"]["waf"] == 1.0 and d["device"]["erases"] is None, d
+    else:
+        assert "device_vs_model" in v if device == "fdp" else "device_vs_model" not in v
 
 
 def test_kv_hints_on_femu_match_the_model(femu, tmp_path):
