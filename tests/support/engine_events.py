@@ -18,8 +18,9 @@ content depends on:
 * ``vllm.logger``: ``init_logger`` = ``logging.getLogger`` (the real one loads vllm.logging_utils -> torch).
 * ``vllm.config.utils``: ``config`` = pydantic's dataclass with ``extra="forbid"``, what the real decorator
   does (its module imports torch at the top).
-* ``vllm.v1.core.kv_cache_utils``: only ``ExternalBlockHash = bytes | int``, copied from the wheel (the real
-  module imports the scheduler, multimodal and torch).
+* ``vllm.v1.core.kv_cache_utils``: ``ExternalBlockHash = bytes | int``, copied from the wheel, and the wheel's
+  own ``to_event_extra_keys`` (taken from its source with ``ast``; the drivers publish extra keys through it).
+  The real module imports the scheduler, multimodal and torch.
 * ``sglang.srt.mem_cache.utils``: ``hash_str_to_int64``, ``compute_node_hash_values`` and
   ``compute_node_event_hash_values`` are the wheel's own function bodies (taken from its source with
   ``ast``); ``get_hash_str``/``get_storage_hash_str`` stand in for the native C++ page hash with a SHA-256
@@ -142,10 +143,13 @@ def vllm() -> types.SimpleNamespace:
         return deco if cls is None else deco(cls)
 
     _stub("vllm.config.utils", config=config)
-    _stub("vllm.v1.core.kv_cache_utils", ExternalBlockHash=bytes | int)
+    from collections.abc import Iterable
+
+    kcu = _stub("vllm.v1.core.kv_cache_utils", ExternalBlockHash=bytes | int, Any=Any, Iterable=Iterable)
+    _functions_from(root / "v1" / "core" / "kv_cache_utils.py", ("to_event_extra_keys",), kcu.__dict__)
     ns = types.SimpleNamespace(events=importlib.import_module("vllm.distributed.kv_events"),
                                config=importlib.import_module("vllm.config.kv_events"),
-                               version=_version("vllm"))
+                               to_event_extra_keys=kcu.to_event_extra_keys, version=_version("vllm"))
     _cache["vllm"] = ns
     return ns
 
