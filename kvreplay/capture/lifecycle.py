@@ -65,6 +65,8 @@ CLEAR_MEDIA = {"vllm": ("GPU",), "sglang": ("GPU", "CPU_PINNED")}
 
 GROUP_MIX = 0x9E3779B97F4A7C15
 U64 = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+NCOLS = 11  # ts, op, obj, parent, tier, nbytes, ntokens, tenant, scope, session, key
 
 
 def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
@@ -102,7 +104,7 @@ class LifecycleMapper:
         self._groups: dict[str, list] = {}  # instance -> its groups, in order seen
         self._mask: list[int] = [0]  # per object id: bit t set while tier t holds a copy
         self._obj: list[tuple] = [(0, 0, 0, 0, 0)]  # per object id: (nbytes, parent, tenant, scope, key) when made
-        self._rows: list[tuple] = []
+        self._rows: list[int] = []  # NCOLS ints per lifecycle event, flat (one numpy conversion per take)
         self._last_ts = 0
         self.unknown_media: dict[str, int] = {}
         self.counts = {"stored_blocks": {}, "removed_blocks": {}, "cleared": 0, "repeat_stores": 0,
@@ -198,10 +200,10 @@ class LifecycleMapper:
             else:
                 self._remove(ids, ev.hashes, tier, ev.session, ts)
         c["objects"] = len(self._mask) - 1
-        return len(rows) - before
+        return (len(rows) - before) // NCOLS
 
     def _store(self, instance: str, ids: dict, ev: Any, tier: int, ts: int) -> None:
-        rows, mask, obj, c = self._rows, self._mask, self._obj, self.counts
+        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
         bit = 1 << tier
         bs = ev.block_size
         placeholder = bs == 0
@@ -210,12 +212,18 @@ class LifecycleMapper:
         elif bs is None:
             bs = self.default_block
         parent = 0 if ev.parent is None else ids.get(ev.parent, 0)
+        chain = parent
+        if not chain and ev.parent is not None:  # a group that did not hold the parent (sliding window): the
+            for g in self._groups.get(instance, ()):  # request chain is the same in every group
+                chain = self._ids[(instance, g)].get(ev.parent, 0)
+                if chain:
+                    break
         lora, salt = ev.lora, ev.salt
         extra = ev.extra
         if extra and isinstance(extra, list) and (lora is None or (salt is None and ev.parent is None)):
             lora, salt = _extra_lora_salt(extra, lora, salt, ev.parent is None)
-        if parent and (lora is None or salt is None):  # a chain goes on: its tenant and scope, unless named here
-            _, _, p_ten, p_sco, _ = obj[parent]
+        if chain and (lora is None or salt is None):  # a chain goes on: its tenant and scope, unless named here
+            _, _, p_ten, p_sco, _ = obj[chain]
             tenant = self._tenant(salt) if salt is not None else p_ten
             scope = self._scope(instance, lora) if lora is not None else p_sco
         else:
@@ -223,7 +231,7 @@ class LifecycleMapper:
             scope = self._scope(instance, lora)
         nbytes = bs * self.bpt if not placeholder else 0
         sess = self._session(ev.session)
-        group = ev.group
+        mix = (ev.group * GROUP_MIX) & U64
         stored = 0
         for h in ev.hashes:
             oid = ids.get(h)
@@ -242,17 +250,19 @@ class LifecycleMapper:
                 oid = len(mask)
                 ids[h] = oid
                 mask.append(bit)
-                key = _signed(h if not group else h ^ ((group * GROUP_MIX) & U64))
+                key = h ^ mix
+                if key > I64_MAX:  # the rows are int64: the uint64 key as the int64 of the same bits
+                    key -= 1 << 64
                 obj.append((row_nb, parent, row_ten, row_sco, key))
-                rows.append((ts, OP_CREATE, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key))
-                rows.append((ts, OP_COMMIT, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key))
+                add((ts, OP_CREATE, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key,
+                     ts, OP_COMMIT, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key))
                 stored += 1
             elif mask[oid] & bit:
                 c["repeat_stores"] += 1
             else:
                 mask[oid] |= bit
                 nb, par, ten, sco, key = obj[oid]
-                rows.append((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
+                add((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
                 stored += 1
             parent = oid
         d = c["stored_blocks"]
@@ -260,7 +270,7 @@ class LifecycleMapper:
         d[tname] = d.get(tname, 0) + stored
 
     def _remove(self, ids: dict, hashes: list, tier: int, session: Any, ts: int) -> None:
-        rows, mask, obj, c = self._rows, self._mask, self._obj, self.counts
+        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
         bit = 1 << tier
         sess = self._session(session)
         removed = 0
@@ -272,21 +282,21 @@ class LifecycleMapper:
             m = mask[oid] & ~bit
             mask[oid] = m
             nb, par, ten, sco, key = obj[oid]
-            rows.append((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
+            add((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
             removed += 1
         d = c["removed_blocks"]
         tname = TIERS[tier]
         d[tname] = d.get(tname, 0) + removed
 
     def pending(self) -> int:
-        return len(self._rows)
+        return len(self._rows) // NCOLS
 
     def take(self) -> EventBatch:
         """The events mapped since the last take, as one batch (sorted: times never go backwards)."""
         rows, self._rows = self._rows, []
         if not rows:
             return EventBatch.empty()
-        a = np.array(rows, dtype=np.int64)
+        a = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, NCOLS)
         return make_batch(ts_ns=a[:, 0], op=a[:, 1], obj_id=a[:, 2], parent_id=a[:, 3], tier=a[:, 4],
                           nbytes=a[:, 5], ntokens=a[:, 6], tenant=a[:, 7], scope=a[:, 8], session_id=a[:, 9],
                           content_key=a[:, 10].view(np.uint64))
@@ -315,8 +325,3 @@ def _extra_lora_salt(extra: list, lora: str | None, salt: str | None, chain_head
         if lora is not None and (salt is not None or not chain_head or i > 0):
             break
     return lora, salt
-
-
-def _signed(h: int) -> int:
-    """A uint64 block hash as the int64 of the same bits (the rows are an int64 array; the column views it back)."""
-    return h - (1 << 64) if h >= 1 << 63 else h
