@@ -58,7 +58,7 @@ def _line(d: dict[str, Any]) -> Text:
 @click.option("--model", default=None, help="model whose KV geometry sizes the blocks (kvbed trace models)")
 @click.option("--tokens-per-block", default=None, metavar="N", help="block tokens when events omit block_size")
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
-              help="the engine publishing (recorded; selects the raw file's importer)")
+              help="the engine publishing (decides what AllBlocksCleared empties; selects the raw file's importer)")
 @click.option("--medium", "media", multiple=True, metavar="NAME=TIER",
               help="map an engine medium to a tier (e.g. CPU_TIER2=ssd; NAME@LOCALITY for one vLLM locality); defaults: "
                    "GPU=gpu, CPU/CPU_PINNED/CPU_TIER1=cpu, CPU_TIER2=cxl, STORAGE@LOCAL/STORAGE/FS/DISK=ssd, "
@@ -77,9 +77,11 @@ def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str 
     \b
     BlockStored -> the block's copy committed (first copy) or persisted in the medium's tier,
     size = block tokens x the model's bytes per token; BlockRemoved -> evict (delete for the
-    last copy); AllBlocksCleared -> the same for every copy in that medium. Sequence gaps are
-    filled from --replay; what cannot be filled is counted. Stops on Ctrl-C, SIGTERM or
-    --duration, writing everything captured (exit 0).
+    last copy); AllBlocksCleared -> the same for every copy in its medium, or in what the
+    engine's reset empties (vLLM: GPU; SGLang: GPU and host pool). KV cache groups are separate
+    objects. Sequence gaps are filled from --replay; what cannot be filled is counted; an event
+    that cannot be decoded is skipped alone, warned once per kind and counted. Stops on Ctrl-C,
+    SIGTERM or --duration, writing everything captured (exit 0).
 
     \b
     Example:
