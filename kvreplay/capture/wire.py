@@ -129,8 +129,11 @@ def _event(raw: Any) -> Event | str:
         salt, session = raw.get("cache_salt"), raw.get("session_id")
     else:
         raise WireError(f"event of type {type(raw).__name__} (expected an array or a map)", "event not array or map")
+    medium = f.get("medium")
+    if medium is not None and not isinstance(medium, str):
+        raise WireError(f"{tag} medium {medium!r} (expected a string)", f"{tag} medium")
     if kind == CLEARED:
-        return Event(kind, [], None, None, f.get("medium"), None, None, None, None, 0, None)
+        return Event(kind, [], None, None, medium, None, None, None, None, 0, None)
     if "block_hashes" not in f:
         raise WireError(f"{tag} without block_hashes", f"{tag} without block_hashes")
     hashes = _hashes(f["block_hashes"])
@@ -145,7 +148,7 @@ def _event(raw: Any) -> Event | str:
     if session is None:
         session = f.get("session_id")
     if kind == REMOVED:
-        return Event(kind, hashes, None, None, f.get("medium"), None, None, salt, session, group, locality)
+        return Event(kind, hashes, None, None, medium, None, None, salt, session, group, locality)
     parent = f.get("parent_block_hash")
     lora = f.get("lora_name")
     if lora is None and f.get("lora_id") is not None:
@@ -155,7 +158,7 @@ def _event(raw: Any) -> Event | str:
         raise WireError(f"BlockStored block_size {bs!r} (expected a non-negative integer)", "BlockStored block_size")
     if isinstance(salt, dict):  # SGLang's cache_salt map: keep it as one stable string
         salt = ",".join(f"{k}={v}" for k, v in sorted(salt.items(), key=lambda kv: str(kv[0])))
-    return Event(kind, hashes, None if parent is None else _hash(parent), bs, f.get("medium"),
+    return Event(kind, hashes, None if parent is None else _hash(parent), bs, medium,
                  None if lora is None else str(lora), f.get("extra_keys"),
                  None if salt is None else str(salt), session, group, locality)
 

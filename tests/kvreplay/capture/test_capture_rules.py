@@ -74,15 +74,15 @@ def test_a_bad_event_costs_only_itself_counted_and_warned_once_per_kind():
     rows, _, _, sess = run([
         [st([1]), st([2], bs=-3), st([3], block_hashes_extra=1)],
         [st([4], bs="x"), rm(["nohash"]), st([5])],
-        [{"type": "BlockStored"}, rm([1])],
+        [{"type": "BlockStored"}, rm([1]), rm([2], medium=["GPU"])],
     ], warn=warned.append)
     assert rows == [(C, G, 1, 1), (M, G, 1, 1), (C, G, 2, 1), (M, G, 2, 1), (C, G, 3, 1), (M, G, 3, 1),
                     (D, G, 1, 1)]
     f = sess.facts()
     assert f["bad_events"] == {"BlockStored block_size": 2, "block hash type": 1,
-                               "BlockStored without block_hashes": 1}
+                               "BlockStored without block_hashes": 1, "BlockRemoved medium": 1}
     assert f["bad_messages"] == 0 and f["messages"] == 3
-    assert len(warned) == 3 and all("that event skipped, the rest of its batch taken" in w for w in warned)
+    assert len(warned) == 4 and all("that event skipped, the rest of its batch taken" in w for w in warned)
 
 
 def test_kv_cache_groups_are_separate_objects_with_their_own_keys():
