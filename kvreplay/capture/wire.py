@@ -19,7 +19,7 @@ from the block's device-side store by :mod:`kvreplay.capture.lifecycle`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
@@ -163,8 +163,105 @@ def _event(raw: Any) -> Event | str:
                  None if salt is None else str(salt), session, group, locality)
 
 
+# The fast path: the encoding vLLM (>= 0.10) and SGLang (>= 0.5) send today - an array batch of map events
+# tagged by "type", optional fields left out, unknown fields ignored - decoded by msgspec in C. Anything
+# else (older vintages, map batches, unknown event types, a bad event) fails validation and takes the
+# generic path below, which gives the same Batch for what both read (tests/kvreplay/capture/test_capture.py).
+_Size = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Stored(msgspec.Struct, tag_field="type", tag="BlockStored"):
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None = None
+    block_size: _Size | None = None
+    lora_id: Any = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: Any = None
+    group_idx: _Size | None = None
+    locality: Any = None
+    cache_salt: Any = None
+    session_id: Any = None
+
+
+class _Removed(msgspec.Struct, tag_field="type", tag="BlockRemoved"):
+    block_hashes: list[int | bytes]
+    medium: str | None = None
+    group_idx: _Size | None = None
+    locality: Any = None
+    cache_salt: Any = None
+    session_id: Any = None
+
+
+class _Cleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared"):
+    medium: str | None = None
+
+
+class _ArrayBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[_Stored | _Removed | _Cleared]
+    dp_rank: Any = None
+
+
+class _MapBatch(msgspec.Struct):
+    ts: float
+    events: list[_Stored | _Removed | _Cleared]
+    data_parallel_rank: Any = msgspec.UNSET
+    attn_dp_rank: Any = None
+
+
+_fast_array = msgspec.msgpack.Decoder(_ArrayBatch)
+_fast_map = msgspec.msgpack.Decoder(_MapBatch)
+_MAP_HEADS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}  # msgpack fixmap, map16, map32
+
+
+def _fast_batch(payload: bytes) -> Batch | None:
+    try:
+        if payload and payload[0] in _MAP_HEADS:
+            b = _fast_map.decode(payload)
+            rank = b.attn_dp_rank if b.data_parallel_rank is msgspec.UNSET else b.data_parallel_rank
+        else:
+            b = _fast_array.decode(payload)
+            rank = b.dp_rank
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    out = []
+    for e in b.events:
+        if type(e) is _Cleared:
+            out.append(Event(CLEARED, [], None, None, e.medium, None, None, None, None, 0, None))
+            continue
+        hs = e.block_hashes
+        for h in hs:  # as _hashes: non-negative 64-bit ints kept as they are
+            if type(h) is not int or h < 0 or h > U64:
+                hs = [_hash(x) for x in hs]
+                break
+        loc = e.locality
+        if loc is not None:
+            loc = str(loc).upper()
+        group = e.group_idx or 0
+        if type(e) is _Removed:
+            out.append(Event(REMOVED, hs, None, None, e.medium, None, None, e.cache_salt, e.session_id, group, loc))
+            continue
+        lora = e.lora_name
+        if lora is None and e.lora_id is not None:
+            lora = f"id:{e.lora_id}"
+        salt = e.cache_salt
+        if isinstance(salt, dict):
+            salt = ",".join(f"{k}={v}" for k, v in sorted(salt.items(), key=lambda kv: str(kv[0])))
+        parent = e.parent_block_hash
+        out.append(Event(STORED, hs, None if parent is None else _hash(parent), e.block_size, e.medium,
+                         None if lora is None else str(lora), e.extra_keys, None if salt is None else str(salt),
+                         e.session_id, group, loc))
+    return Batch(b.ts, out, rank if isinstance(rank, int) else None, [], [])
+
+
 def decode_batch(payload: bytes) -> Batch:
     """Decode one batch payload (both encodings); WireError says what is wrong."""
+    fast = _fast_batch(payload)
+    return fast if fast is not None else _generic_batch(payload)
+
+
+def _generic_batch(payload: bytes) -> Batch:
     try:
         obj = _decoder.decode(payload)
     except msgspec.DecodeError as exc:
