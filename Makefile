@@ -8,7 +8,7 @@ DEMO_DIR ?= results/demo
 
 STUDIES ?= kv-hints-fdp what-decides-death how-many-ruhs fdp-vs-zns
 
-.PHONY: demo test test-fast host-setup venv bench studies docs clean
+.PHONY: demo test test-fast test-engines host-setup venv bench studies docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The engines' own KV event code (vLLM, SGLang wheels with --no-deps: no torch) for the capture tests
+# (tests/kvreplay/capture/test_engines.py); pins in tests/support/engine-requirements.txt.
+$(VENV)/.engines: tests/support/engine-requirements.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet --no-deps -r tests/support/engine-requirements.txt
+	touch $@
+
+test-engines: $(VENV)/.engines
 
 # The main job on the embedded default (no VM, no downloads): a sample trace replayed with
 # no hints and with oracle lifetime hints on the default FDP model, then the comparison.
@@ -30,11 +38,11 @@ demo: venv
 host-setup:
 	scripts/setup_host.sh
 
-test: host-setup venv
+test: host-setup venv test-engines
 	KVBED_REQUIRE_VM=1 $(PY) -m pytest -q
 
 # Everything but the VM suite (no root, no QEMU needed).
-test-fast: venv
+test-fast: venv test-engines
 	$(PY) -m pytest -q -m "not vm"
 
 # The example studies (studies/*.toml, 1-2 minutes each on 2 cores), then from them docs/findings.md, the

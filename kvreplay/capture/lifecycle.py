@@ -1,46 +1,72 @@
 """Block events of engine instances -> lifecycle events (the conventions of kvreplay.tiers.sim).
 
-Per instance, a block hash names one object while some tier holds a copy of it:
+Per instance and KV cache group, a block hash names one object while some tier holds a copy of it:
 
 * ``BlockStored`` in a medium: a hash with no live object gets a new id (dense from 1) with
   ``create`` + ``commit`` in that tier; a live object gets ``persist`` in a tier it is not in yet (a
   repeat store in the same tier is counted, not emitted). Size = block tokens x bytes per token;
   the parent is the previous block of the event, or the object of ``parent_block_hash``.
+  A placeholder store (``block_size`` 0, no tokens: vLLM's offloaded chunks with its default events)
+  takes its size, tenant and scope from the block's device-side store (the live object, else the
+  last object of that hash), else the model's default block (counted).
 * ``BlockRemoved``: ``evict`` of that tier's copy, or ``delete`` when it was the object's last copy
   (the object ends; a later store of the hash makes a new object).
-* ``AllBlocksCleared``: the same for every copy in its medium (GPU when it names none) of the instance.
+* ``AllBlocksCleared``: the same for every copy in its medium, or when it names none in the media the
+  engine's reset empties (:data:`CLEAR_MEDIA`: vLLM's prefix-cache reset the GPU pool only, SGLang's
+  radix-cache reset the GPU and the host pool), every group of the instance. A store after it makes
+  a new object (the cleared ones ended, unless another tier still holds them).
 
-Each event's ``content_key`` is the block hash itself (format v2: what llm-d and Dynamo index on), so a
-block removed and stored again is a new object with the same key. Gap, marked: engines with several KV
-cache groups (vLLM's ``group_idx``, hybrid models) publish a hash per group; ``group_idx`` is not decoded
-(:mod:`kvreplay.capture.wire`), so one hash in two groups is one object and one key, as before v2.
+KV cache groups (vLLM's ``group_idx``: hybrid models publish each hash once per group, full and
+sliding-window attention) are part of an object's identity: the same hash in two groups is two
+objects, each sized by its own event. Gap, marked: a group holds only its layers' KV, but each
+group's block is sized with the model's full bytes per token (the events do not say how the layers
+split), so a hybrid model's bytes are counted once per group.
 
-An event's ``token_ids`` are not used: its objects are its block hashes, each of ``block_size`` tokens (checked
-positive when decoded), so a token list that does not match the hashes changes no object or size (and
-vLLM's CPU offload stores carry no tokens at all): the request importers' "ids cannot cover the input"
-hole (kvreplay.importers.base) has no counterpart here.
+Each event's ``content_key`` is the block hash itself (format v2: what llm-d and Dynamo index on); in
+group g > 0 it is the hash XOR ``g * 0x9E3779B97F4A7C15`` (mod 2^64), so the same hash in two groups
+is two keys while a single-group stream keeps the engine's hashes unchanged. A block removed and
+stored again is a new object with the same key.
 
-Scope = instance (plus LoRA name and the first block's extra keys, when present); tenant = SGLang's
-cache_salt; session_id = SGLang's session id (ints kept, strings numbered from 0 in order seen).
+An event's ``token_ids`` are not used: its objects are its block hashes, each of ``block_size`` tokens, so
+a token list that does not match the hashes changes no object or size: the request importers' "ids cannot
+cover the input" hole (kvreplay.importers.base) has no counterpart here.
+
+Scope and tenant are per request chain: a store that continues a chain (its ``parent_block_hash`` or
+previous block is a known object) inherits the chain's tenant and scope unless the event names its own.
+Scope = instance plus the LoRA name (``lora_name``, else ``id:<lora_id>``, else the name vLLM puts
+first in each block's ``extra_keys``); tenant = the cache salt: SGLang's ``cache_salt``, or vLLM's, which
+only the first block of a chain carries (the string after the LoRA name in that block's extra keys).
+session_id = the event's session id (ints kept, strings numbered from 0 in order seen).
 Timestamps are the engine's batch times, clamped to never go backwards across publishers.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 
-from kvreplay.capture.wire import CLEARED, REMOVED, STORED, Batch
+from kvreplay.capture.wire import CLEARED, STORED, Batch
 from kvreplay.schema import (NO_ID, OP_COMMIT, OP_CREATE, OP_DELETE, OP_EVICT, OP_PERSIST, TIER, TIERS, EventBatch,
                              make_batch)
 from kvbed.core.errors import KvbedError
 
-#: engine medium names -> kvbed tiers (vLLM GPU/CPU/FS/OBJ/STORAGE; SGLang GPU/CPU_TIER1/CPU_TIER2,
-#: CPU_PINNED/DISK/EXTERNAL); ``--medium NAME=TIER`` overrides
+#: engine medium names -> kvbed tiers. vLLM 0.34: GPU, CPU, STORAGE (file and object-store tiers, told
+#: apart by ``locality``: NAME@LOCALITY entries come first); SGLang 0.5: GPU, CPU_PINNED, DISK, EXTERNAL;
+#: older names (vLLM FS/OBJ, SGLang CPU_TIER1/CPU_TIER2) still read. ``--medium NAME=TIER`` overrides
+#: (a NAME without @ also replaces its NAME@LOCALITY entries).
 MEDIA = {"GPU": "gpu", "CPU": "cpu", "CPU_TIER1": "cpu", "CPU_PINNED": "cpu", "CPU_TIER2": "cxl",
-         "FS": "ssd", "DISK": "ssd", "STORAGE": "ssd", "OBJ": "remote", "EXTERNAL": "remote"}
+         "FS": "ssd", "DISK": "ssd", "STORAGE": "ssd", "STORAGE@LOCAL": "ssd", "STORAGE@REMOTE": "remote",
+         "OBJ": "remote", "EXTERNAL": "remote"}
+
+#: media an ``AllBlocksCleared`` without a medium empties, per engine (vLLM's reset_prefix_cache frees the
+#: GPU block pool only; SGLang's radix cache reset also empties the HiCache host pool)
+CLEAR_MEDIA = {"vllm": ("GPU",), "sglang": ("GPU", "CPU_PINNED")}
+
+GROUP_MIX = 0x9E3779B97F4A7C15
+U64 = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+NCOLS = 11  # ts, op, obj, parent, tier, nbytes, ntokens, tenant, scope, session, key
 
 
 def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
@@ -50,49 +76,66 @@ def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
         name, sep, tier = spec.partition("=")
         if not sep or not name.strip() or tier.strip() not in TIER:
             raise KvbedError(f"--medium {spec!r}: expected NAME=TIER with TIER one of {', '.join(TIERS)}")
-        out[name.strip().upper()] = tier.strip()
+        name = name.strip().upper()
+        if "@" not in name:
+            for k in [k for k in out if k.startswith(name + "@")]:
+                del out[k]
+        out[name] = tier.strip()
     return out
 
 
 class LifecycleMapper:
     """Stateful: feed decoded batches per instance in sequence order, take EventBatches out."""
 
-    def __init__(self, bytes_per_token: int, tokens_per_block: int, media: dict[str, str] | None = None):
+    def __init__(self, bytes_per_token: int, tokens_per_block: int, media: dict[str, str] | None = None,
+                 engine: str = "vllm"):
         self.bpt = bytes_per_token
         self.default_block = tokens_per_block
         self.media = {k.upper(): TIER[v] for k, v in (media or MEDIA).items()}
+        clear = CLEAR_MEDIA.get(engine, CLEAR_MEDIA["vllm"])
+        self.clear_tiers = tuple(dict.fromkeys(t for t in (self.media.get(m) for m in clear) if t is not None))
         self.tenants: list[str] = ["default"]
         self.scopes: list[str] = []
         self._tenant_code: dict[str, int] = {"default": 0}
         self._scope_code: dict[tuple, int] = {}
         self._session_code: dict[str, int] = {}
-        self._ids: dict[str, dict[int, int]] = {}  # instance -> block hash -> object id (last one made)
+        self._tier_of: dict[tuple, int | None] = {}
+        self._ids: dict[tuple, dict[int, int]] = {}  # (instance, group) -> block hash -> object id (last one made)
+        self._groups: dict[str, list] = {}  # instance -> its groups, in order seen
         self._mask: list[int] = [0]  # per object id: bit t set while tier t holds a copy
         self._obj: list[tuple] = [(0, 0, 0, 0, 0)]  # per object id: (nbytes, parent, tenant, scope, key) when made
-        self._rows: list[tuple] = []
+        self._rows: list[int] = []  # NCOLS ints per lifecycle event, flat (one numpy conversion per take)
         self._last_ts = 0
         self.unknown_media: dict[str, int] = {}
         self.counts = {"stored_blocks": {}, "removed_blocks": {}, "cleared": 0, "repeat_stores": 0,
-                       "removes_of_absent_blocks": 0, "objects": 0}
+                       "removes_of_absent_blocks": 0, "objects": 0, "placeholder_stores": 0,
+                       "placeholder_stores_default_size": 0}
 
     # ------------------------------------------------------------------ helpers
-    def _tier(self, medium: Any) -> int | None:
-        if medium is None:
-            return TIER["gpu"]
-        t = self.media.get(str(medium).upper())
+    def _tier(self, medium: Any, locality: str | None) -> int | None:
+        k = (medium, locality)
+        if k in self._tier_of:
+            t = self._tier_of[k]
+        else:
+            if medium is None:
+                t = TIER["gpu"]
+            else:
+                name = str(medium).upper()
+                t = self.media.get(f"{name}@{locality}") if locality else None
+                if t is None:
+                    t = self.media.get(name)
+            self._tier_of[k] = t
         if t is None:
-            self.unknown_media[str(medium)] = self.unknown_media.get(str(medium), 0) + 1
+            name = str(medium) + (f"@{locality}" if locality else "")
+            self.unknown_media[name] = self.unknown_media.get(name, 0) + 1
         return t
 
-    def _scope(self, instance: str, lora: str | None, extra: Any) -> int:
-        ex = None
-        if isinstance(extra, list) and extra and extra[0] is not None:
-            ex = hashlib.sha1(repr(extra[0]).encode()).hexdigest()[:8]
-        key = (instance, lora, ex)
+    def _scope(self, instance: str, lora: str | None) -> int:
+        key = (instance, lora)
         code = self._scope_code.get(key)
         if code is None:
             code = self._scope_code[key] = len(self.scopes)
-            self.scopes.append(instance + (f"|lora={lora}" if lora else "") + (f"|extra={ex}" if ex else ""))
+            self.scopes.append(instance + (f"|lora={lora}" if lora else ""))
         return code
 
     def _tenant(self, salt: str | None) -> int:
@@ -119,90 +162,166 @@ class LifecycleMapper:
     def session_names(self) -> dict[str, int]:
         return dict(self._session_code)
 
+    def _ids_of(self, instance: str, group: int) -> dict[int, int]:
+        ids = self._ids.get((instance, group))
+        if ids is None:
+            ids = self._ids[(instance, group)] = {}
+            self._groups.setdefault(instance, []).append(group)
+        return ids
+
     # ------------------------------------------------------------------ mapping
     def feed(self, instance: str, batch: Batch) -> int:
         """Map one batch of ``instance``; returns the lifecycle events it produced."""
         ts = max(int(batch.ts * 1e9), self._last_ts)
         self._last_ts = ts
-        ids = self._ids.get(instance)
-        if ids is None:
-            ids = self._ids[instance] = {}
-        rows, mask, obj = self._rows, self._mask, self._obj
+        rows = self._rows
         before = len(rows)
         c = self.counts
         for ev in batch.events:
-            tier = self._tier(ev.medium) if ev.kind != CLEARED or ev.medium is not None else TIER["gpu"]
+            if ev.kind == CLEARED:
+                c["cleared"] += 1
+                tiers = self.clear_tiers if ev.medium is None else (self._tier(ev.medium, ev.locality),)
+                for tier in tiers:
+                    if tier is None:
+                        continue
+                    for g in self._groups.get(instance, ()):
+                        ids = self._ids[(instance, g)]
+                        bit = 1 << tier
+                        mask = self._mask
+                        hashes = [h for _, h in sorted((o, h) for h, o in ids.items() if mask[o] & bit)]  # id order
+                        self._remove(ids, hashes, tier, None, ts)
+                continue
+            tier = self._tier(ev.medium, ev.locality)
             if tier is None:
                 continue
-            bit = 1 << tier
-            tname = TIERS[tier]
+            ids = self._ids_of(instance, ev.group)
             if ev.kind == STORED:
-                bs = ev.block_size or self.default_block
-                nbytes = bs * self.bpt
-                tenant = self._tenant(ev.salt)
-                scope = self._scope(instance, ev.lora, ev.extra)
-                sess = self._session(ev.session)
-                parent = 0 if ev.parent is None else ids.get(ev.parent, 0)
-                stored = 0
-                for h in ev.hashes:
-                    oid = ids.get(h)
-                    if oid is None or mask[oid] == 0:
-                        oid = len(mask)
-                        ids[h] = oid
-                        mask.append(bit)
-                        key = _signed(h)
-                        obj.append((nbytes, parent, tenant, scope, key))
-                        rows.append((ts, OP_CREATE, oid, parent, tier, nbytes, bs, tenant, scope, sess, key))
-                        rows.append((ts, OP_COMMIT, oid, parent, tier, nbytes, bs, tenant, scope, sess, key))
-                        stored += 1
-                    elif mask[oid] & bit:
-                        c["repeat_stores"] += 1
-                    else:
-                        mask[oid] |= bit
-                        nb, par, ten, sco, key = obj[oid]
-                        rows.append((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
-                        stored += 1
-                    parent = oid
-                d = c["stored_blocks"]
-                d[tname] = d.get(tname, 0) + stored
+                self._store(instance, ids, ev, tier, ts)
             else:
-                if ev.kind == REMOVED:
-                    hashes = ev.hashes
+                self._remove(ids, ev.hashes, tier, ev.session, ts)
+        c["objects"] = len(self._mask) - 1
+        return (len(rows) - before) // NCOLS
+
+    def _store(self, instance: str, ids: dict, ev: Any, tier: int, ts: int) -> None:
+        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
+        bit = 1 << tier
+        bs = ev.block_size
+        placeholder = bs == 0
+        if placeholder:
+            c["placeholder_stores"] += len(ev.hashes)
+        elif bs is None:
+            bs = self.default_block
+        parent = 0 if ev.parent is None else ids.get(ev.parent, 0)
+        chain = parent
+        if not chain and ev.parent is not None:  # a group that did not hold the parent (sliding window): the
+            for g in self._groups.get(instance, ()):  # request chain is the same in every group
+                chain = self._ids[(instance, g)].get(ev.parent, 0)
+                if chain:
+                    break
+        lora, salt = ev.lora, ev.salt
+        extra = ev.extra
+        if extra and isinstance(extra, list) and (lora is None or (salt is None and ev.parent is None)):
+            lora, salt = _extra_lora_salt(extra, lora, salt, ev.parent is None)
+        if chain and (lora is None or salt is None):  # a chain goes on: its tenant and scope, unless named here
+            _, _, p_ten, p_sco, _ = obj[chain]
+            tenant = self._tenant(salt) if salt is not None else p_ten
+            scope = self._scope(instance, lora) if lora is not None else p_sco
+        else:
+            tenant = self._tenant(salt)
+            scope = self._scope(instance, lora)
+        nbytes = bs * self.bpt if not placeholder else 0
+        sess = self._session(ev.session)
+        mix = (ev.group * GROUP_MIX) & U64
+        stored = 0
+        for h in ev.hashes:
+            oid = ids.get(h)
+            if oid is None or mask[oid] == 0:
+                if placeholder:  # geometry (and chain) of the block's device-side store, if it was seen
+                    if oid is not None:
+                        nb, _, o_ten, o_sco, _ = obj[oid]
+                        o_bs = nb // self.bpt
+                    else:
+                        c["placeholder_stores_default_size"] += 1
+                        o_bs, o_ten, o_sco = self.default_block, tenant, scope
+                        nb = o_bs * self.bpt
+                    row_bs, row_nb, row_ten, row_sco = o_bs, nb, o_ten, o_sco
                 else:
-                    c["cleared"] += 1
-                    hashes = [h for _, h in sorted((o, h) for h, o in ids.items() if mask[o] & bit)]  # in id order
-                sess = self._session(ev.session)
-                removed = 0
-                for h in hashes:
-                    oid = ids.get(h)
-                    if oid is None or not mask[oid] & bit:
-                        c["removes_of_absent_blocks"] += 1
-                        continue
-                    m = mask[oid] & ~bit
-                    mask[oid] = m
-                    nb, par, ten, sco, key = obj[oid]
-                    rows.append((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess,
-                                 key))
-                    removed += 1
-                d = c["removed_blocks"]
-                d[tname] = d.get(tname, 0) + removed
-        c["objects"] = len(mask) - 1
-        return len(rows) - before
+                    row_bs, row_nb, row_ten, row_sco = bs, nbytes, tenant, scope
+                oid = len(mask)
+                ids[h] = oid
+                mask.append(bit)
+                key = h ^ mix
+                if key > I64_MAX:  # the rows are int64: the uint64 key as the int64 of the same bits
+                    key -= 1 << 64
+                obj.append((row_nb, parent, row_ten, row_sco, key))
+                add((ts, OP_CREATE, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key,
+                     ts, OP_COMMIT, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key))
+                stored += 1
+            elif mask[oid] & bit:
+                c["repeat_stores"] += 1
+            else:
+                mask[oid] |= bit
+                nb, par, ten, sco, key = obj[oid]
+                add((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
+                stored += 1
+            parent = oid
+        d = c["stored_blocks"]
+        tname = TIERS[tier]
+        d[tname] = d.get(tname, 0) + stored
+
+    def _remove(self, ids: dict, hashes: list, tier: int, session: Any, ts: int) -> None:
+        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
+        bit = 1 << tier
+        sess = self._session(session)
+        removed = 0
+        for h in hashes:
+            oid = ids.get(h)
+            if oid is None or not mask[oid] & bit:
+                c["removes_of_absent_blocks"] += 1
+                continue
+            m = mask[oid] & ~bit
+            mask[oid] = m
+            nb, par, ten, sco, key = obj[oid]
+            add((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
+            removed += 1
+        d = c["removed_blocks"]
+        tname = TIERS[tier]
+        d[tname] = d.get(tname, 0) + removed
 
     def pending(self) -> int:
-        return len(self._rows)
+        return len(self._rows) // NCOLS
 
     def take(self) -> EventBatch:
         """The events mapped since the last take, as one batch (sorted: times never go backwards)."""
         rows, self._rows = self._rows, []
         if not rows:
             return EventBatch.empty()
-        a = np.array(rows, dtype=np.int64)
+        a = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, NCOLS)
         return make_batch(ts_ns=a[:, 0], op=a[:, 1], obj_id=a[:, 2], parent_id=a[:, 3], tier=a[:, 4],
                           nbytes=a[:, 5], ntokens=a[:, 6], tenant=a[:, 7], scope=a[:, 8], session_id=a[:, 9],
                           content_key=a[:, 10].view(np.uint64))
 
 
-def _signed(h: int) -> int:
-    """A uint64 block hash as the int64 of the same bits (the rows are an int64 array; the column views it back)."""
-    return h - (1 << 64) if h >= 1 << 63 else h
+def _extra_lora_salt(extra: list, lora: str | None, salt: str | None, chain_head: bool) -> tuple:
+    """(lora, salt) from vLLM's untagged per-block extra keys: each entry lists the LoRA name first (when the
+    request has one), then (mm hash, offset) pairs, the cache salt (first block of a chain only) and prompt
+    embedding digests (bytes). A block after the first can name only a LoRA; the first block's lone string is
+    the salt unless the event names the LoRA it equals."""
+    for i, keys in enumerate(extra):
+        if not keys or not isinstance(keys, (list, tuple)):
+            continue
+        strs = [k for k in keys if isinstance(k, str)]
+        if not strs:
+            continue
+        if i == 0 and chain_head:
+            if lora is not None and strs[0] == lora:
+                strs = strs[1:]
+            elif lora is None and len(strs) >= 2:
+                lora, strs = strs[0], strs[1:]
+            if salt is None and strs:
+                salt = strs[0]
+        elif lora is None:
+            lora = strs[0]
+        if lora is not None and (salt is not None or not chain_head or i > 0):
+            break
+    return lora, salt

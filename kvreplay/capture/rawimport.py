@@ -34,7 +34,7 @@ def import_raw(importer: str, path: Path, writer: TraceWriter,
         raise KvbedError(f"raw capture header: {exc}", where=str(path)) from None
     media = h.get("media") or None
     endpoints = [str(e) for e in h["endpoints"]]
-    mapper = LifecycleMapper(params.bytes_per_token, params.tokens_per_block, media)
+    mapper = LifecycleMapper(params.bytes_per_token, params.tokens_per_block, media, str(h.get("engine") or "vllm"))
     session = CaptureSession(endpoints, mapper, params.topic, warn)
     for i, rec in enumerate(r.records()):
         if not 0 <= rec.publisher < len(endpoints):

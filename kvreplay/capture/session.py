@@ -45,6 +45,7 @@ class CaptureSession:
         self.topic = topic.encode()
         self.warn = warn
         self.unknown_tags: dict[str, int] = {}
+        self.bad_events: dict[str, int] = {}  # kind -> events left out of their batch
         self.block_events = 0
         self._warned: set = set()
 
@@ -118,6 +119,12 @@ class CaptureSession:
             self.unknown_tags[tag] = n + 1
             if not n:
                 self.warn(f"{p.name} seq {seq}: unknown event type {tag!r}; skipped (further ones counted)")
+        for kind, text in batch.bad:
+            n = self.bad_events.get(kind, 0)
+            self.bad_events[kind] = n + 1
+            if not n:
+                self.warn(f"{p.name} seq {seq}: {text}; that event skipped, the rest of its batch taken "
+                          "(further ones counted)")
         if batch.dp_rank is not None:
             p.dp_ranks.add(batch.dp_rank)
         for ev in batch.events:
@@ -136,11 +143,14 @@ class CaptureSession:
             "bad_messages": sum(p.bad for p in self.pubs),
             "wrong_topic_messages": sum(p.wrong_topic for p in self.pubs),
             "unknown_event_types": dict(self.unknown_tags),
+            "bad_events": dict(self.bad_events),
             "unknown_media": dict(self.mapper.unknown_media),
             "stored_blocks": dict(c["stored_blocks"]),
             "removed_blocks": dict(c["removed_blocks"]),
             "all_blocks_cleared": c["cleared"],
             "repeat_stores": c["repeat_stores"],
             "removes_of_absent_blocks": c["removes_of_absent_blocks"],
+            "placeholder_stores": c["placeholder_stores"],
+            "placeholder_stores_default_size": c["placeholder_stores_default_size"],
             "objects": c["objects"],
         }

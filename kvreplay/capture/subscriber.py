@@ -84,8 +84,9 @@ class LiveCapture:
         from kvreplay.capture.lifecycle import MEDIA
 
         self.media = dict(media or MEDIA)
-        self.mapper = LifecycleMapper(params.bytes_per_token, params.tokens_per_block, self.media)
-        self.session = CaptureSession(self.endpoints, self.mapper, params.topic, warn)
+        self.mapper = LifecycleMapper(params.bytes_per_token, params.tokens_per_block, self.media, engine)
+        # through self.warn at call time: a caller that sets ``warn`` after construction is heard too
+        self.session = CaptureSession(self.endpoints, self.mapper, params.topic, lambda s: self.warn(s))
 
     # ------------------------------------------------------------------ replay
     def _replay(self, ctx: zmq.Context, dealers: list, pub: int, start: int, raw: RawWriter | None) -> None:

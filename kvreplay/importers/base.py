@@ -13,7 +13,7 @@ import abc
 import hashlib
 import os
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, NamedTuple, TypeVar
+from typing import Annotated, Any, Callable, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -40,6 +40,8 @@ class Importer(abc.ABC):
 
     def __init__(self, *, drop_inconsistent: bool = False):
         self.drop_inconsistent = drop_inconsistent
+        #: where an importer's warnings go (the CLI sets it to print them; the facts keep their counts)
+        self.warn: Callable[[str], None] = lambda s: None
 
     def read_requests(self, path: Path) -> RequestTrace:
         raise NotImplementedError(f"{self.name} does not produce a request trace")

@@ -15,4 +15,4 @@ class RawEventsImporter(Importer):
     def write_events(self, path: Path, writer: TraceWriter) -> TraceMeta:
         from kvreplay.capture.rawimport import import_raw  # the capture stack (zmq) only when used
 
-        return import_raw(self.name, path, writer)
+        return import_raw(self.name, path, writer, self.warn)

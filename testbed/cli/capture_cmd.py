@@ -58,10 +58,11 @@ def _line(d: dict[str, Any]) -> Text:
 @click.option("--model", default=None, help="model whose KV geometry sizes the blocks (kvbed trace models)")
 @click.option("--tokens-per-block", default=None, metavar="N", help="block tokens when events omit block_size")
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True,
-              help="the engine publishing (recorded; selects the raw file's importer)")
+              help="the engine publishing (decides what AllBlocksCleared empties; selects the raw file's importer)")
 @click.option("--medium", "media", multiple=True, metavar="NAME=TIER",
-              help="map an engine medium to a tier (e.g. CPU_TIER2=ssd); defaults: GPU=gpu, CPU*=cpu, "
-                   "CPU_TIER2=cxl, FS/DISK/STORAGE=ssd, OBJ/EXTERNAL=remote")
+              help="map an engine medium to a tier (e.g. CPU_TIER2=ssd; NAME@LOCALITY for one vLLM locality); defaults: "
+                   "GPU=gpu, CPU/CPU_PINNED/CPU_TIER1=cpu, CPU_TIER2=cxl, STORAGE@LOCAL/STORAGE/FS/DISK=ssd, "
+                   "STORAGE@REMOTE/OBJ/EXTERNAL=remote")
 @click.option("--raw", "raw", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="also record the frames as received (re-decode with kvbed trace import vllm-events FILE)")
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -76,9 +77,11 @@ def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str 
     \b
     BlockStored -> the block's copy committed (first copy) or persisted in the medium's tier,
     size = block tokens x the model's bytes per token; BlockRemoved -> evict (delete for the
-    last copy); AllBlocksCleared -> the same for every copy in that medium. Sequence gaps are
-    filled from --replay; what cannot be filled is counted. Stops on Ctrl-C, SIGTERM or
-    --duration, writing everything captured (exit 0).
+    last copy); AllBlocksCleared -> the same for every copy in its medium, or in what the
+    engine's reset empties (vLLM: GPU; SGLang: GPU and host pool). KV cache groups are separate
+    objects. Sequence gaps are filled from --replay; what cannot be filled is counted; an event
+    that cannot be decoded is skipped alone, warned once per kind and counted. Stops on Ctrl-C,
+    SIGTERM or --duration, writing everything captured (exit 0).
 
     \b
     Example:
@@ -91,12 +94,18 @@ def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str 
 
     options = {"topic": topic, "duration_s": duration_s, "model": model, "tokens_per_block": tokens_per_block}
     p = with_overrides(CaptureParams(), with_options(params, options)).validate()
-    cap = LiveCapture(list(endpoints), out, p, replay=list(replay), raw=raw, engine=engine, media=medium_map(media))
     err = Console(stderr=True)
+    warned: list[str] = []
+
+    def warn(s: str) -> None:
+        warned.append(s)
+        err.print(f"[yellow]warning[/]: {s}", highlight=False, soft_wrap=True)
+
+    cap = LiveCapture(list(endpoints), out, p, replay=list(replay), raw=raw, engine=engine, media=medium_map(media),
+                      warn=warn)
     live = Live(Text("capture: waiting for publishers"), console=err, refresh_per_second=2, transient=True) \
         if err.is_terminal else nullcontext()
     with live, _stop_on_signals() as stop:
-        cap.warn = lambda s: err.print(f"[yellow]warning[/]: {s}", highlight=False, soft_wrap=True)
         if err.is_terminal:
             cap.progress = lambda d: live.update(_line(d))
         res = cap.run(stop.is_set)
@@ -111,5 +120,8 @@ def capture_cmd(endpoints: tuple[str, ...], replay: tuple[str, ...], topic: str 
     if f["messages"] == 0:
         con.print(f"[yellow]no messages received[/] from {', '.join(endpoints)} (is the engine running with KV "
                   "events enabled, and the endpoint its publisher address?)")
+    if warned:
+        con.print(f"[yellow]{len(warned)} warning{'s' if len(warned) != 1 else ''}[/] (each kind once; the counts are "
+                  "in the table above)")
     con.print(f"wrote [bold]{res.output}[/]: {res.rows:,} events in {res.elapsed_s:.1f}s (stopped by "
               f"{res.stopped_by})" + (f"; raw frames in {raw}" if raw else ""))

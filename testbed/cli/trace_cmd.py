@@ -275,6 +275,8 @@ def _import_events(importer: Any, src: Path, out: Path, as_json: bool) -> None:
 
     if not Path(src).exists():
         raise KvbedError("no such file", where=str(src))
+    err = _err()
+    importer.warn = lambda s: err.print(f"[yellow]warning[/]: {s}", highlight=False, soft_wrap=True)
     with TraceWriter(out, TraceMeta(source={"importer": importer.name})) as w:
         meta = importer.write_events(src, w)
         w.close(meta)

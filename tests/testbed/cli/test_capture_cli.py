@@ -131,3 +131,29 @@ def test_sigkill_leaves_the_last_flush(tmp_path):
     r = TraceReader(out)  # readable: a flush is a rename of a complete file
     assert r.num_rows >= 30 and r.meta.extra["complete"] is False
     assert validate_trace(out).ok
+
+
+def test_warnings_reach_the_terminal_and_the_summary_counts_them(tmp_path):
+    """The session used to keep the warn it was built with while the CLI set another afterwards: warnings
+    were never printed. Now each kind is printed once on stderr and counted in the summary."""
+    pub, _ = endpoints()
+    ctx = zmq.Context()
+    eng = FakeEngine(ctx, pub)
+    out = tmp_path / "w.parquet"
+    proc = start("--zmq", pub, "--duration", "4", "-o", out, "--param", "flush_s=0.2")
+    try:
+        end = time.monotonic() + 30
+        i = 0
+        while time.monotonic() < end and proc.poll() is None:  # a bad event in every batch, good ones beside it
+            eng.send(batch(100.0 + i, [stored([20_000 + i]), stored([30_000 + i], bs=-1)]))
+            i += 1
+            time.sleep(0.01)
+        so, se = proc.communicate(timeout=30)
+    finally:
+        eng.close()
+        ctx.term()
+    assert proc.returncode == 0, se
+    assert se.count("warning") == 1 and "BlockStored block_size -1" in se and "rest of its batch taken" in se
+    assert "bad events" in so and "BlockStored block_size=" in so and "1 warning" in so
+    rows = TraceReader(out).num_rows
+    assert rows >= 2 and rows % 2 == 0  # the good stores (create + commit each), none of the bad ones
