@@ -25,6 +25,8 @@ import numpy as np
 from devicemodels.jit import njit
 
 from devicemodels.histogram import SLOT_N, LatencyHistogram, hist_record, new_rows
+from kvreplay.fenwick import fw_add as _fw_add
+from kvreplay.fenwick import fw_sum as _fw_sum
 from kvreplay.schema import (
     KINDS,
     OP_COMMIT,
@@ -54,26 +56,6 @@ O_FIRST, O_END, O_POS, O_REUSES, O_COPIES, O_NBYTES, O_TENANT, O_KIND = range(8)
 O_WIDTH = 8
 # scalar state
 S_POS, S_MARKS, S_ACCESSES, S_REUSES, S_COLD = range(5)
-
-
-@njit(inline="always")
-def _fw_add(tree, i, v):
-    n = tree.shape[0]
-    i += 1
-    while i < n:
-        tree[i] += v
-        i += i & (-i)
-
-
-@njit(inline="always")
-def _fw_sum(tree, i):
-    """Sum of positions [0, i]."""
-    s = 0
-    i += 1
-    while i > 0:
-        s += tree[i]
-        i -= i & (-i)
-    return s
 
 
 @njit
