@@ -40,11 +40,17 @@ class BeladyResult(NamedTuple):
 
 def next_use(keys: np.ndarray) -> np.ndarray:
     """For each access i, the index of the next access of the same key, or n + i if there is none."""
-    n = len(keys)
     order = np.argsort(keys, kind="stable")
+    return next_use_sorted(order, keys[order])
+
+
+def next_use_sorted(order: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """:func:`next_use` from a stable sort already made: ``order`` sorts the accesses by id, ``sorted_ids`` are
+    their ids in that order (equal ids are the same key)."""
+    n = len(order)
     nxt = n + np.arange(n, dtype=np.int64)
     if n > 1:
-        same = keys[order[1:]] == keys[order[:-1]]
+        same = sorted_ids[1:] == sorted_ids[:-1]
         nxt[order[:-1][same]] = order[1:][same]
     return nxt
 
@@ -123,13 +129,14 @@ def _belady_kernel(nxt, slots, heap, held):
 
 def belady(keys: np.ndarray, slots: int) -> BeladyResult:
     """Belady's hits on ``keys`` (any integer dtype) with ``slots`` slots (>= 0)."""
-    keys = np.asarray(keys)
-    n = len(keys)
-    if n == 0:
-        return BeladyResult(0, 0, int(slots), 0)
-    nxt = next_use(keys)
+    return belady_next(next_use(np.asarray(keys)), slots)
+
+
+def belady_next(nxt: np.ndarray, slots: int) -> BeladyResult:
+    """:func:`belady` on the next uses :func:`next_use` gives."""
+    n = len(nxt)
     unbounded = int((nxt < n).sum())  # every access with a next use makes that next use a reuse
-    if slots <= 0:
+    if n == 0 or slots <= 0:
         return BeladyResult(n, 0, int(slots), unbounded)
     # at most slots + 1 entries are live at once; the rest are stale and compacted away when the heap fills
     heap = np.zeros(min(n, max(2 * int(slots) + 2, 1024)), np.int64)

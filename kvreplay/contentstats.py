@@ -33,8 +33,10 @@ from typing import Any
 import numpy as np
 from devicemodels.jit import njit
 
-from kvreplay.belady import belady, slots_for
+from kvreplay.belady import belady_next, next_use_sorted, slots_for
 from kvreplay.fenwick import fw_add, fw_sum
+from kvreplay.keycheck import EMPTY
+from kvreplay.keycheck import _slot as place_slot  # the (place, key) table of the content-key checks
 from kvreplay.schema import OP_COMMIT, OP_CREATE, OP_HIT, OP_LOAD, OP_PERSIST, OP_RECOVER, TIERS
 
 NO_TIER = len(TIERS)  # serving tier of a computed chunk: below every tier
@@ -54,8 +56,9 @@ class ContentCollector:
         served = np.where((op == OP_HIT) | (op == OP_LOAD), tier, NO_TIER).astype(np.int8)
         self._ref.append((served[ref], oi[ref], key[ref], nbytes[ref].astype(np.int64)))
         wr = (op == OP_COMMIT) | (op == OP_PERSIST) | (op == OP_RECOVER)
-        self._wr.append((tier[wr].astype(np.int8), oi[wr], key[wr], kind[wr].astype(np.int64),
-                         scope[wr].astype(np.int64)))
+        # where a write goes, as one number: tier + 8 * (kind + 16 * scope) (kvreplay.keycheck's place)
+        place = tier[wr].astype(np.int64) + 8 * (kind[wr].astype(np.int64) + 16 * scope[wr].astype(np.int64))
+        self._wr.append((tier[wr].astype(np.int8), oi[wr], key[wr], place))
 
     def _cols(self, parts: list[tuple[np.ndarray, ...]], n: int) -> list[np.ndarray]:
         if not parts:
@@ -64,55 +67,58 @@ class ContentCollector:
 
     def result(self, tier_stats: dict[str, Any] | None, has_key: bool) -> dict[str, Any]:
         served, roi, rkey, rnb = self._cols(self._ref, 4)
-        wtier, woi, wkey, wkind, wscope = self._cols(self._wr, 5)
-        return content_by_tier(served, roi, rkey, rnb, wtier, woi, wkey, wkind, wscope, tier_stats or {}, has_key)
+        wtier, woi, wkey, wplace = self._cols(self._wr, 4)
+        return content_by_tier(served, roi, rkey, rnb, wtier, woi, wkey, wplace, tier_stats or {}, has_key)
 
 
 @njit
-def _stack_distances(prev, out):
-    """Exact LRU stack distance of each access: distinct ids accessed strictly between its previous access
-    ``prev[i]`` and i (-1: first access). Marks sit at each id's latest access in a Fenwick tree."""
-    n = prev.shape[0]
-    tree = np.zeros(n + 1, np.int64)
+def _stack_distances(nxt, out):
+    """Exact LRU stack distance of each access: distinct ids accessed strictly between its previous access and
+    it (-1: a first access), from the next uses ``nxt`` (kvreplay.belady.next_use: >= n for none). Marks sit at
+    each id's latest access in a Fenwick tree."""
+    n = nxt.shape[0]
+    tree = np.zeros(n + 1, np.int32)
+    prev = out  # out[i] holds i's previous access until i is reached
+    prev[:] = -1
     for i in range(n):
         p = prev[i]
         if p >= 0:
-            out[i] = fw_sum(tree, i - 1) - fw_sum(tree, p)
+            prev[i] = fw_sum(tree, i - 1) - fw_sum(tree, p)
             fw_add(tree, p, -1)
-        else:
-            out[i] = -1
+        if nxt[i] < n:
+            prev[nxt[i]] = i
         fw_add(tree, i, 1)
 
 
-def previous_use(ids: np.ndarray) -> np.ndarray:
-    """For each access, the index of the previous access of the same id, or -1."""
-    n = len(ids)
-    order = np.argsort(ids, kind="stable")
-    prev = np.full(n, -1, np.int64)
-    if n > 1:
-        same = ids[order[1:]] == ids[order[:-1]]
-        prev[order[1:][same]] = order[:-1][same]
-    return prev
-
-
-def reuse_distance(ids: np.ndarray) -> dict[str, Any]:
+def reuse_distance(nxt: np.ndarray) -> dict[str, Any]:
     """Reuses (accesses of an id seen before) and their stack distance p50/p90 (nearest rank)."""
-    out = np.empty(len(ids), np.int64)
-    if len(ids):
-        _stack_distances(previous_use(ids), out)
+    out = np.empty(len(nxt), np.int64)
+    if len(nxt):
+        _stack_distances(nxt, out)
     d = out[out >= 0]
     pct = (lambda q: int(np.percentile(d, q, method="inverted_cdf"))) if len(d) else (lambda q: None)
     return {"reuses": int(len(d)), "p50": pct(50), "p90": pct(90)}
 
 
-def key_ids(keys: np.ndarray) -> np.ndarray:
-    """Dense ids of ``keys``; key 0 ("no key known") gets a new id at every access (never a hit)."""
-    _, inv = np.unique(keys, return_inverse=True)
-    ids = inv.astype(np.int64).ravel()
-    zero = keys == 0
-    if zero.any():
-        ids[zero] = ids.max() + 1 + np.arange(int(zero.sum()))
-    return ids
+class _Sorted:
+    """One stable sort of a whole access stream by id, from which the next uses of any sub-sequence follow
+    without sorting again (a sub-sequence of a stably sorted stream is stably sorted). ``fresh``: ids that
+    never equal anything, not even themselves (key 0, "no key known")."""
+
+    def __init__(self, ids: np.ndarray, fresh: Any = None):
+        self.order = np.argsort(ids, kind="stable")
+        s = ids[self.order]
+        new = np.ones(len(s), bool)
+        new[1:] = s[1:] != s[:-1]
+        if fresh is not None:
+            new |= s == fresh
+        self.group = np.cumsum(new)  # id of each sorted access (equal: the same key)
+
+    def next_use(self, mask: np.ndarray) -> np.ndarray:
+        """Next uses within the accesses where ``mask`` is true, in their own numbering."""
+        local = np.cumsum(mask) - 1
+        keep = mask[self.order]
+        return next_use_sorted(local[self.order[keep]], self.group[keep])
 
 
 def _ratio(num: int | None, den: int) -> float | None:
@@ -121,29 +127,62 @@ def _ratio(num: int | None, den: int) -> float | None:
     return num / den if den else 0.0
 
 
-def _rewritten(ids: list[np.ndarray]) -> int:
-    """Writes whose identity (the tuple of ``ids`` columns) an earlier write had: writes - distinct identities."""
-    if len(ids[0]) == 0:
-        return 0
-    order = np.lexsort(ids)
-    new = np.ones(len(order), bool)
-    new[1:] = np.any(np.stack([c[order[1:]] != c[order[:-1]] for c in ids]), axis=0)
-    return int(len(order) - new.sum())
+@njit
+def _first_writes(wtier, woi, wkey, wplace, seen, tk, td, new_obj, new_key):
+    """Count, per tier, the writes that are the first of their object there (``new_obj``) and the first of
+    their content there (``new_key``: (place, key) not in the table yet; key 0 skipped). ``seen``: a tier
+    bitmask per object; ``tk``/``td``: an empty open-addressing table (kvreplay.keycheck's) of at least twice
+    the keyed writes."""
+    for i in range(wtier.shape[0]):
+        t = wtier[i]
+        o = woi[i]
+        bit = np.uint8(1 << t)
+        if seen[o] & bit == 0:
+            seen[o] |= bit
+            new_obj[t] += 1
+        k = wkey[i]
+        if k != 0:
+            j = place_slot(tk, td, k, wplace[i], True)
+            if td[j] == EMPTY:
+                td[j] = wplace[i]
+                tk[j] = k
+                new_key[t] += 1
+
+
+def _first_write_counts(wtier, woi, wkey, wplace):
+    """(first writes of an object, first writes of a content) per tier code."""
+    new_obj = np.zeros(NO_TIER + 1, np.int64)
+    new_key = np.zeros(NO_TIER + 1, np.int64)
+    if len(wtier):
+        m = 1 << max(4, int(2 * int((wkey != 0).sum())).bit_length())
+        _first_writes(wtier, woi, wkey, wplace, np.zeros(int(woi.max()) + 1, np.uint8), np.zeros(m, np.uint64),
+                      np.full(m, EMPTY, np.int64), new_obj, new_key)
+    return new_obj, new_key
 
 
 def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: np.ndarray, wtier: np.ndarray,
-                    woi: np.ndarray, wkey: np.ndarray, wkind: np.ndarray, wscope: np.ndarray,
-                    tier_stats: dict[str, Any], has_key: bool) -> dict[str, Any]:
+                    woi: np.ndarray, wkey: np.ndarray, wplace: np.ndarray, tier_stats: dict[str, Any],
+                    has_key: bool) -> dict[str, Any]:
     refs = len(served)
     recorded = (tier_stats.get("all") or {}).get("chunk_references")
     present = sorted(set(np.unique(served).tolist()) - {NO_TIER} | set(np.unique(wtier).tolist()))
+    by_obj = _Sorted(roi)
+    by_key = _Sorted(rkey, fresh=np.uint64(0)) if has_key else None
+    no_key = int((rkey == 0).sum()) if has_key else None  # each its own group in by_key
+    writes = np.bincount(wtier, minlength=NO_TIER + 1) if len(wtier) else np.zeros(NO_TIER + 1, np.int64)
+    new_obj, new_key = _first_write_counts(wtier, woi, wkey, wplace)
+    if has_key:
+        wt = wtier[wkey != 0]
+        writes_keyed = np.bincount(wt, minlength=NO_TIER + 1) if len(wt) else np.zeros(NO_TIER + 1, np.int64)
+    none = dict.fromkeys(("slots", "slot_sizing", "belady_hits", "belady_hit_ratio_per_access",
+                          "belady_hit_ratio_per_reference", "unbounded_hits", "unbounded_hit_ratio_per_access",
+                          "unbounded_hit_ratio_per_reference"))
     rows = []
     for t in present:
         name = TIERS[t]
         reach = served >= t
         acc = int(reach.sum())
         hits = int((served == t).sum())
-        keys = key_ids(rkey[reach]) if has_key else None
         cap = (tier_stats.get(name) or {}).get("capacity_bytes")
         row: dict[str, Any] = {
             "tier": name,
@@ -152,34 +191,34 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
             "policy_hit_ratio_per_access": _ratio(hits, acc),
             "policy_hit_ratio_per_reference": _ratio(hits, refs),
             "capacity_bytes": cap,
+            **none,
         }
+        rk = {"reuses": None, "p50": None, "p90": None}
         if has_key:
-            slots, sizing = slots_for(cap, rnb[reach]) if cap is not None else (None, None)
-            b = belady(keys, slots if slots is not None else 0)
-            bh = b.hits if slots is not None else None
-            row.update(slots=slots, slot_sizing=sizing if cap is not None else "capacity not recorded in the trace",
-                       belady_hits=bh, belady_hit_ratio_per_access=_ratio(bh, acc),
-                       belady_hit_ratio_per_reference=_ratio(bh, refs),
-                       unbounded_hits=b.unbounded_hits, unbounded_hit_ratio_per_access=_ratio(b.unbounded_hits, acc),
+            nxt = by_key.next_use(reach)
+            if cap is not None:
+                slots, sizing = slots_for(cap, rnb[reach])
+                b = belady_next(nxt, slots)
+                row.update(slots=slots, slot_sizing=sizing, belady_hits=b.hits,
+                           belady_hit_ratio_per_access=_ratio(b.hits, acc),
+                           belady_hit_ratio_per_reference=_ratio(b.hits, refs))
+            else:
+                b = belady_next(nxt, 0)
+                row.update(slot_sizing="capacity not recorded in the trace")
+            row.update(unbounded_hits=b.unbounded_hits, unbounded_hit_ratio_per_access=_ratio(b.unbounded_hits, acc),
                        unbounded_hit_ratio_per_reference=_ratio(b.unbounded_hits, refs))
-        else:
-            row.update(slots=None, slot_sizing=None, belady_hits=None, belady_hit_ratio_per_access=None,
-                       belady_hit_ratio_per_reference=None, unbounded_hits=None,
-                       unbounded_hit_ratio_per_access=None, unbounded_hit_ratio_per_reference=None)
-        rk = reuse_distance(keys) if has_key else {"reuses": None, "p50": None, "p90": None}
-        ro = reuse_distance(roi[reach])
+            rk = reuse_distance(nxt)
+        ro = reuse_distance(by_obj.next_use(reach))
         row.update(reuse_distance_keys_p50=rk["p50"], reuse_distance_keys_p90=rk["p90"], key_reuses=rk["reuses"],
                    reuse_distance_objects_p50=ro["p50"], reuse_distance_objects_p90=ro["p90"],
                    object_reuses=ro["reuses"])
-        w = wtier == t
-        nw = int(w.sum())
-        by_obj = _rewritten([woi[w]])
-        row.update(writes=nw, rewritten_writes_by_object=by_obj, rewritten_share_of_writes_by_object=_ratio(by_obj, nw))
+        nw = int(writes[t])
+        rw_obj = nw - int(new_obj[t])
+        row.update(writes=nw, rewritten_writes_by_object=rw_obj, rewritten_share_of_writes_by_object=_ratio(rw_obj, nw))
         if has_key:
-            keyed = w & (wkey != 0)
-            rw = _rewritten([wscope[keyed], wkind[keyed], wkey[keyed]])
-            row.update(writes_without_key=int(nw - keyed.sum()), rewritten_writes=rw,
-                       rewritten_share_of_writes=_ratio(rw, int(keyed.sum())))
+            nk = int(writes_keyed[t])
+            rw = nk - int(new_key[t])
+            row.update(writes_without_key=nw - nk, rewritten_writes=rw, rewritten_share_of_writes=_ratio(rw, nk))
         else:
             row.update(writes_without_key=None, rewritten_writes=None, rewritten_share_of_writes=None)
         rows.append(row)
@@ -187,9 +226,9 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
         "content_keys": has_key,
         "note": None if has_key else V1_NOTE,
         "references": refs,
-        "references_without_key": int((rkey == 0).sum()) if has_key else None,
-        "distinct_keys": int(len(np.unique(rkey))) if has_key else None,
-        "distinct_objects": int(len(np.unique(roi))),
+        "references_without_key": no_key,
+        "distinct_keys": int(by_key.group[-1]) - no_key if has_key and refs else (0 if has_key else None),
+        "distinct_objects": int(by_obj.group[-1]) if refs else 0,
         "chunk_references_recorded": recorded,
         "references_not_in_trace": (int(recorded) - refs) if recorded is not None else None,
         "tiers": rows,

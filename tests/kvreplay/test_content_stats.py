@@ -13,9 +13,9 @@ from kvreplay.schema import OPS, TIERS, TraceMeta, make_batch, read_trace, write
 from kvreplay.stats import trace_stats
 from kvreplay.tiers.sim import simulate_to_file
 
-from tests.kvreplay.test_content_key import as_v1
 from tests.support.cli import kvbed, ok
 from tests.support.tier_reference import random_trace, small_params
+from tests.support.trace_versions import as_v1
 
 A, B = 0xA11CE, 0xB0B
 #: (op, object, tier, content key); one event per ns, in this order. GPU holds 1 object, the SSD 2 (1000 B each).
