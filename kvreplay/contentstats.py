@@ -33,13 +33,17 @@ from typing import Any
 import numpy as np
 from devicemodels.jit import njit
 
-from kvreplay.belady import belady_next, next_use_sorted, slots_for
+from kvreplay.belady import belady_next, slots_for
 from kvreplay.fenwick import fw_add, fw_sum
 from kvreplay.keycheck import EMPTY
 from kvreplay.keycheck import _slot as place_slot  # the (place, key) table of the content-key checks
-from kvreplay.schema import OP_COMMIT, OP_CREATE, OP_HIT, OP_LOAD, OP_PERSIST, OP_RECOVER, TIERS
+from kvreplay.schema import OP_COMMIT, OP_CREATE, OP_HIT, OP_LOAD, OP_PERSIST, OP_RECOVER, OPS, TIERS
 
+_MIX = np.uint64(0xFF51AFD7ED558CCD)
 NO_TIER = len(TIERS)  # serving tier of a computed chunk: below every tier
+_IS_REF = np.isin(np.arange(len(OPS)), [OP_HIT, OP_LOAD, OP_CREATE, OP_RECOVER])  # chunk references
+_IS_SERVED = np.isin(np.arange(len(OPS)), [OP_HIT, OP_LOAD])  # ... served by the event's tier
+_IS_WRITE = np.isin(np.arange(len(OPS)), [OP_COMMIT, OP_PERSIST, OP_RECOVER])  # a copy begins in the tier
 V1_NOTE = "v1 trace: no content_key, key-based figures (Belady, unbounded, re-written by key, reuse by key) omitted"
 
 
@@ -52,13 +56,15 @@ class ContentCollector:
 
     def add(self, op: np.ndarray, tier: np.ndarray, oi: np.ndarray, key: np.ndarray, nbytes: np.ndarray,
             kind: np.ndarray, scope: np.ndarray) -> None:
-        ref = (op == OP_HIT) | (op == OP_LOAD) | (op == OP_CREATE) | (op == OP_RECOVER)
-        served = np.where((op == OP_HIT) | (op == OP_LOAD), tier, NO_TIER).astype(np.int8)
-        self._ref.append((served[ref], oi[ref], key[ref], nbytes[ref].astype(np.int64)))
-        wr = (op == OP_COMMIT) | (op == OP_PERSIST) | (op == OP_RECOVER)
+        ref = _IS_REF[op]
+        opr, tr = op[ref], tier[ref]
+        served = np.where(_IS_SERVED[opr], tr, NO_TIER).astype(np.int8)
+        self._ref.append((served, oi[ref], key[ref], nbytes[ref].astype(np.int64)))
+        wr = _IS_WRITE[op]
         # where a write goes, as one number: tier + 8 * (kind + 16 * scope) (kvreplay.keycheck's place)
-        place = tier[wr].astype(np.int64) + 8 * (kind[wr].astype(np.int64) + 16 * scope[wr].astype(np.int64))
-        self._wr.append((tier[wr].astype(np.int8), oi[wr], key[wr], place))
+        tw = tier[wr]
+        place = tw.astype(np.int64) + 8 * (kind[wr].astype(np.int64) + 16 * scope[wr].astype(np.int64))
+        self._wr.append((tw.astype(np.int8), oi[wr], key[wr], place))
 
     def _cols(self, parts: list[tuple[np.ndarray, ...]], n: int) -> list[np.ndarray]:
         if not parts:
@@ -100,25 +106,60 @@ def reuse_distance(nxt: np.ndarray) -> dict[str, Any]:
     return {"reuses": int(len(d)), "p50": pct(50), "p90": pct(90)}
 
 
-class _Sorted:
-    """One stable sort of a whole access stream by id, from which the next uses of any sub-sequence follow
-    without sorting again (a sub-sequence of a stably sorted stream is stably sorted). ``fresh``: ids that
-    never equal anything, not even themselves (key 0, "no key known")."""
+@njit
+def _dense_ids(keys, tk, tv):
+    """Dense ids 0.. of ``keys`` in order of first appearance, by an open-addressing table (``tk``/``tv``: a
+    power of two of at least twice the keys, ``tv`` all -1); key 0 ("no key known") gets -1: equal to nothing.
+    Returns the ids and how many there are."""
+    mask = np.uint64(tk.shape[0] - 1)
+    ids = np.empty(keys.shape[0], np.int64)
+    n = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        if k == 0:
+            ids[i] = -1
+            continue
+        h = (k ^ (k >> np.uint64(33))) * _MIX
+        j = np.int64((h ^ (h >> np.uint64(29))) & mask)
+        while tv[j] >= 0 and tk[j] != k:
+            j = np.int64((np.uint64(j) + np.uint64(1)) & mask)
+        if tv[j] < 0:
+            tk[j] = k
+            tv[j] = n
+            n += 1
+        ids[i] = tv[j]
+    return ids, n
 
-    def __init__(self, ids: np.ndarray, fresh: Any = None):
-        self.order = np.argsort(ids, kind="stable")
-        s = ids[self.order]
-        new = np.ones(len(s), bool)
-        new[1:] = s[1:] != s[:-1]
-        if fresh is not None:
-            new |= s == fresh
-        self.group = np.cumsum(new)  # id of each sorted access (equal: the same key)
 
-    def next_use(self, mask: np.ndarray) -> np.ndarray:
-        """Next uses within the accesses where ``mask`` is true, in their own numbering."""
-        local = np.cumsum(mask) - 1
-        keep = mask[self.order]
-        return next_use_sorted(local[self.order[keep]], self.group[keep])
+def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`_dense_ids` with its table."""
+    m = 1 << max(4, int(2 * len(keys)).bit_length())
+    return _dense_ids(np.ascontiguousarray(keys, np.uint64), np.zeros(m, np.uint64), np.full(m, -1, np.int64))
+
+
+@njit
+def _next_uses(ids, mask, last, nxt):
+    """For the accesses where ``mask`` is set, in their own numbering 0..m-1: the next access of the same id
+    (m + j if none; id -1 never repeats), as kvreplay.belady.next_use gives. ``last``: -1 per id (scratch)."""
+    m = nxt.shape[0]
+    j = m
+    for i in range(ids.shape[0] - 1, -1, -1):
+        if not mask[i]:
+            continue
+        j -= 1
+        g = ids[i]
+        if g < 0 or last[g] < 0:
+            nxt[j] = m + j
+        else:
+            nxt[j] = last[g]
+        if g >= 0:
+            last[g] = j
+
+
+def next_uses(ids: np.ndarray, n_ids: int, mask: np.ndarray) -> np.ndarray:
+    nxt = np.empty(int(mask.sum()), np.int64)
+    _next_uses(ids, mask, np.full(max(n_ids, 1), -1, np.int64), nxt)
+    return nxt
 
 
 def _ratio(num: int | None, den: int) -> float | None:
@@ -166,9 +207,8 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
     refs = len(served)
     recorded = (tier_stats.get("all") or {}).get("chunk_references")
     present = sorted(set(np.unique(served).tolist()) - {NO_TIER} | set(np.unique(wtier).tolist()))
-    by_obj = _Sorted(roi)
-    by_key = _Sorted(rkey, fresh=np.uint64(0)) if has_key else None
-    no_key = int((rkey == 0).sum()) if has_key else None  # each its own group in by_key
+    n_obj = int(roi.max()) + 1 if refs else 0  # roi: dense object indices already
+    kid, n_keys = dense_ids(rkey) if has_key else (None, 0)
     writes = np.bincount(wtier, minlength=NO_TIER + 1) if len(wtier) else np.zeros(NO_TIER + 1, np.int64)
     new_obj, new_key = _first_write_counts(wtier, woi, wkey, wplace)
     if has_key:
@@ -195,7 +235,7 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
         }
         rk = {"reuses": None, "p50": None, "p90": None}
         if has_key:
-            nxt = by_key.next_use(reach)
+            nxt = next_uses(kid, n_keys, reach)
             if cap is not None:
                 slots, sizing = slots_for(cap, rnb[reach])
                 b = belady_next(nxt, slots)
@@ -208,7 +248,7 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
             row.update(unbounded_hits=b.unbounded_hits, unbounded_hit_ratio_per_access=_ratio(b.unbounded_hits, acc),
                        unbounded_hit_ratio_per_reference=_ratio(b.unbounded_hits, refs))
             rk = reuse_distance(nxt)
-        ro = reuse_distance(by_obj.next_use(reach))
+        ro = reuse_distance(next_uses(roi, n_obj, reach))
         row.update(reuse_distance_keys_p50=rk["p50"], reuse_distance_keys_p90=rk["p90"], key_reuses=rk["reuses"],
                    reuse_distance_objects_p50=ro["p50"], reuse_distance_objects_p90=ro["p90"],
                    object_reuses=ro["reuses"])
@@ -226,9 +266,9 @@ def content_by_tier(served: np.ndarray, roi: np.ndarray, rkey: np.ndarray, rnb: 
         "content_keys": has_key,
         "note": None if has_key else V1_NOTE,
         "references": refs,
-        "references_without_key": no_key,
-        "distinct_keys": int(by_key.group[-1]) - no_key if has_key and refs else (0 if has_key else None),
-        "distinct_objects": int(by_obj.group[-1]) if refs else 0,
+        "references_without_key": int((rkey == 0).sum()) if has_key else None,
+        "distinct_keys": n_keys if has_key else None,
+        "distinct_objects": int(np.count_nonzero(np.bincount(roi))) if refs else 0,
         "chunk_references_recorded": recorded,
         "references_not_in_trace": (int(recorded) - refs) if recorded is not None else None,
         "tiers": rows,

@@ -150,3 +150,19 @@ def test_json_and_table(tmp_path):
     assert g["policy_hit_ratio_per_access"] == 0.2 and g["rewritten_share_of_writes"] == 0.5
     out = ok(kvbed("trace", "stats", p)).output
     assert "content by tier" in out and "v1 trace" not in out
+
+
+def test_next_uses_of_a_subsequence_are_numpys():
+    """The kernel's next uses of a masked sub-sequence (dense ids from a hash table, key 0 never repeating) are
+    kvreplay.belady.next_use's (a numpy sort) on the sub-sequence itself, with key 0 made unique."""
+    from kvreplay.belady import next_use
+    from kvreplay.contentstats import dense_ids, next_uses
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 50, 20000).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # 0 stays 0
+    ids, n = dense_ids(keys)
+    assert n == len(np.unique(keys[keys != 0])) and (ids[keys == 0] == -1).all()
+    for mask in (np.ones(len(keys), bool), rng.random(len(keys)) < 0.3):
+        sub = keys[mask].astype(np.int64)
+        sub[sub == 0] = -1 - np.arange((sub == 0).sum())  # key 0: every access its own key
+        assert np.array_equal(next_uses(ids, n, mask), next_use(sub))
