@@ -107,12 +107,16 @@ def compare(path: Path, old: Path, runs: int) -> None:
     for _ in range(runs):
         got["old"].append(measure("stats", path, old))
         got["new"].append(measure("stats", path))
-    med = {k: (statistics.median(r["wall_s"] for r in v), statistics.median(r["peak_rss_kib"] for r in v) / 1024)
+    med = {k: {f: statistics.median(r[f] for r in v) for f in ("wall_s", "cpu_s", "peak_rss_kib")}
            for k, v in got.items()}
     for k, v in got.items():
-        print(f"{k} ({old if k == 'old' else ROOT}): stats of {v[0]['rows']:,} events, median wall {med[k][0]:.2f} s, "
-              f"peak RSS {med[k][1]:.0f} MiB; runs (wall s): " + ", ".join(f"{r['wall_s']:.2f}" for r in v))
-    print(f"new / old: wall x{med['new'][0] / med['old'][0]:.2f}, peak RSS x{med['new'][1] / med['old'][1]:.2f}")
+        m = med[k]
+        print(f"{k} ({old if k == 'old' else ROOT}): stats of {v[0]['rows']:,} events, "
+              f"median wall {m['wall_s']:.2f} s, cpu {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_kib'] / 1024:.0f} MiB; "
+              "runs (wall / cpu s): "
+              + ", ".join(f"{r['wall_s']:.2f} / {r['cpu_s']:.2f}" for r in v))
+    print("new / old: " + ", ".join(f"{f} x{med['new'][f] / med['old'][f]:.2f}"
+                                    for f in ("wall_s", "cpu_s", "peak_rss_kib")))
 
 
 def main() -> None:
