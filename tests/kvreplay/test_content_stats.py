@@ -166,3 +166,17 @@ def test_next_uses_of_a_subsequence_are_numpys():
         sub = keys[mask].astype(np.int64)
         sub[sub == 0] = -1 - np.arange((sub == 0).sum())  # key 0: every access its own key
         assert np.array_equal(next_uses(ids, n, mask), next_use(sub))
+
+
+def test_no_capacity_recorded_gives_no_belady(tmp_path):
+    """A trace without tier statistics (a capture, a hand-made trace): no slots, so no Belady figure; the unbounded
+    cache and everything else still count (the hand trace's 3 and 2 unbounded hits)."""
+    op, obj, tier, key = zip(*EVENTS)
+    n = len(EVENTS)
+    b = make_batch(ts_ns=np.arange(n), op=np.array(op), obj_id=np.array(obj, np.uint64), tier=np.array(tier),
+                   nbytes=np.full(n, 1000), ntokens=np.full(n, 4), content_key=np.array(key, np.uint64))
+    t = by_tier(trace_stats(write_trace(tmp_path / "n.parquet", b, TraceMeta())))
+    assert t["gpu"]["belady_hits"] is None and t["gpu"]["slots"] is None
+    assert t["gpu"]["slot_sizing"] == "capacity not recorded in the trace"
+    assert (t["gpu"]["unbounded_hits"], t["ssd"]["unbounded_hits"]) == (3, 2)
+    assert t["gpu"]["rewritten_writes"] == 2
