@@ -49,6 +49,9 @@ class MooncakeContent(FigureSet):
         g, s = tiers["gpu"], tiers.get("ssd")
         at_bound = [n for n, r in tiers.items()
                     if r["belady_hit_ratio_per_access"] == r["unbounded_hit_ratio_per_access"]]
+        names = list(tiers)
+        same = [a for a, b in zip(names, names[1:]) if tiers[a]["writes"] == tiers[b]["accesses"]
+                and tiers[a]["rewritten_share_of_writes"] == tiers[b]["unbounded_hit_ratio_per_access"]]
         text = (
             f"The Mooncake conversation trace imported with the default tiers has {fig['references']:,} chunk "
             f"references to {fig['distinct_keys']:,} distinct contents ({fig['distinct_objects']:,} objects: a chunk "
@@ -65,6 +68,10 @@ class MooncakeContent(FigureSet):
             + (f"; the SSD's {fmt.pct(s['rewritten_share_of_writes'])} by key is "
                f"{fmt.pct(s['rewritten_share_of_writes_by_object'])} by object id, since a recomputed chunk is a new "
                "object" if s else "")
+            + (f". The {' and '.join(same)} re-written share{'s equal' if len(same) > 1 else ' equals'} the next "
+               "tier's unbounded ratio: with write-through and promotion on load, each reference a tier does not "
+               "serve is one write into it (a commit, the persist of a load, a recover), so its writes are the next "
+               "tier's accesses, and a write re-writes content exactly when that access is a reuse" if same else "")
             + ". Hit ratios per access that reached the tier (not served by a faster tier); slots = capacity / the "
             f"{fmt.nbytes(fig['object_bytes'])} object, a prompt's last, smaller chunk counted as a whole slot."
         )
