@@ -1,6 +1,7 @@
 """``kvbed trace stats``: summary of a lifecycle trace in one streaming pass.
 
-What is computed (memory: one row group plus ~100 bytes per object):
+What is computed (memory: one row group plus ~100 bytes per object, and ~30 bytes per chunk reference and per
+write for the content section):
 
 * per (op, tier): events and bytes; per tenant and per kind: objects, bytes
   persisted, loads, hits, median lifetime
@@ -14,6 +15,8 @@ What is computed (memory: one row group plus ~100 bytes per object):
   the previous access of the same object, from Fenwick trees over access
   positions (compacted when full). Histograms are log-linear (<= 0.8% error).
 * share of reuses (hits + loads) that go to the top 10% most reused objects
+* content by tier (:mod:`kvreplay.contentstats`, whole batch after the pass): per tier accesses, the policy's,
+  Belady's and an unbounded cache's hit ratios, reuse distance by key and by object, re-written writes
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import numpy as np
 from devicemodels.jit import njit
 
 from devicemodels.histogram import SLOT_N, LatencyHistogram, hist_record, new_rows
+from kvreplay.contentstats import ContentCollector
+from kvreplay.fenwick import fw_add as _fw_add
+from kvreplay.fenwick import fw_sum as _fw_sum
 from kvreplay.schema import (
     KINDS,
     OP_COMMIT,
@@ -54,26 +60,6 @@ O_FIRST, O_END, O_POS, O_REUSES, O_COPIES, O_NBYTES, O_TENANT, O_KIND = range(8)
 O_WIDTH = 8
 # scalar state
 S_POS, S_MARKS, S_ACCESSES, S_REUSES, S_COLD = range(5)
-
-
-@njit(inline="always")
-def _fw_add(tree, i, v):
-    n = tree.shape[0]
-    i += 1
-    while i < n:
-        tree[i] += v
-        i += i & (-i)
-
-
-@njit(inline="always")
-def _fw_sum(tree, i):
-    """Sum of positions [0, i]."""
-    s = 0
-    i += 1
-    while i > 0:
-        s += tree[i]
-        i -= i & (-i)
-    return s
 
 
 @njit
@@ -206,6 +192,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
     ten_op_b = np.zeros(0, np.float64)
     kind_op_n = np.zeros(NKINDS * NOPS, np.int64)
     kind_op_b = np.zeros(NKINDS * NOPS, np.float64)
+    content = ContentCollector()
     rows = 0
     t_first = t_last = None
     for rg, b in enumerate(reader.iter_batches()):
@@ -234,6 +221,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
         oi = ids.objects(b["obj_id"])
         st.grow_objects(ids.size)
         st.room_for(n)
+        content.add(op, tier, oi, b["content_key"], nb, kind, b["scope"])
         _stats_kernel(b["ts_ns"], op, oi, tier, nb, kind, ten, st.OS, st.TP, st.pos_obj, st.fw_n, st.fw_b, st.H, st.sc)
         if t_first is None:
             t_first = int(b["ts_ns"][0])
@@ -253,6 +241,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
     end_kind = OS[ended, O_KIND]
     sc = st.sc
     meta = reader.meta
+    tier_stats = hitratio.upgrade(meta.tier_stats, meta.extra.get("tier_sim_counters"))
 
     def hist(row: int) -> dict[str, Any]:
         return LatencyHistogram(st.H[row].copy()).to_dict()
@@ -267,7 +256,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
             "geometry": meta.geometry,
             "generator": meta.generator,
             "source_facts": meta.source_facts,
-            "tier_stats": hitratio.upgrade(meta.tier_stats, meta.extra.get("tier_sim_counters")),
+            "tier_stats": tier_stats,
             "created_by": meta.created_by,
             "format_version": meta.format_version,
             "content_keys": reader.has_content_key,  # False: a v1 trace, no content identity to count by
@@ -295,6 +284,7 @@ def trace_stats(path: str | os.PathLike, *, progress: Callable[[int, int], None]
         },
         "tenants": _groups(reader.tenants, ten_op_n, ten_op_b, OS[seen, O_TENANT], end_ten, lifetimes),
         "kinds": _groups(list(KINDS), kind_op_n, kind_op_b, OS[seen, O_KIND], end_kind, lifetimes),
+        "content": content.result(tier_stats, reader.has_content_key),
     }
     return out
 

@@ -8,6 +8,10 @@ interpreter (numba cache warm) so ru_maxrss is the stats pass alone; the baselin
 interpreter after imports is reported beside it. Median of --runs.
 
     python scripts/bench_trace_stats.py [--events 10000000] [--runs 3]
+
+Old against new: ``--against DIR`` (another checkout, e.g. ``git archive main | tar -x -C DIR``) times the stats
+pass of both, alternating old, new, old, new... (each with its own numba cache, warmed first), and prints the
+median of each and their ratio.
 """
 
 from __future__ import annotations
@@ -84,10 +88,35 @@ def tiled_trace(workdir: Path, events: int) -> Path:
     return path
 
 
-def measure(mode: str, path: Path) -> dict:
+def measure(mode: str, path: Path, root: Path = ROOT) -> dict:
+    """One pass in a fresh interpreter importing the code of ``root`` (its own numba cache when not ours)."""
+    import os
+
+    env = dict(os.environ)
+    if root != ROOT:
+        env["NUMBA_CACHE_DIR"] = str(root / ".cache" / "numba-bench")
     out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], check=True, capture_output=True, text=True,
-                         cwd=ROOT)
+                         cwd=root, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(path: Path, old: Path, runs: int) -> None:
+    for root in (old, ROOT):
+        measure("stats", path, root)  # warm each numba cache
+    got: dict[str, list[dict]] = {"old": [], "new": []}
+    for _ in range(runs):
+        got["old"].append(measure("stats", path, old))
+        got["new"].append(measure("stats", path))
+    med = {k: {f: statistics.median(r[f] for r in v) for f in ("wall_s", "cpu_s", "peak_rss_kib")}
+           for k, v in got.items()}
+    for k, v in got.items():
+        m = med[k]
+        print(f"{k} ({old if k == 'old' else ROOT}): stats of {v[0]['rows']:,} events, "
+              f"median wall {m['wall_s']:.2f} s, cpu {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_kib'] / 1024:.0f} MiB; "
+              "runs (wall / cpu s): "
+              + ", ".join(f"{r['wall_s']:.2f} / {r['cpu_s']:.2f}" for r in v))
+    print("new / old: " + ", ".join(f"{f} x{med['new'][f] / med['old'][f]:.2f}"
+                                    for f in ("wall_s", "cpu_s", "peak_rss_kib")))
 
 
 def main() -> None:
@@ -95,8 +124,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "kvbed-bench-stats")
+    ap.add_argument("--against", type=Path, help="another checkout: time its stats pass and ours, alternating")
     args = ap.parse_args()
     path = tiled_trace(args.workdir, args.events)
+    if args.against:
+        compare(path, args.against.resolve(), args.runs)
+        return
     measure("stats", path)  # warm the numba cache
     for mode in ("stats", "validate"):
         runs = [measure(mode, path) for _ in range(args.runs)]

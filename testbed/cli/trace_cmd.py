@@ -394,7 +394,10 @@ def sort_cmd(src: Path, out: Path, as_json: bool) -> None:
 @click.argument("path", metavar="TRACE", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print everything as JSON")
 def stats_cmd(path: Path, as_json: bool) -> None:
-    """Per op/tier counts and bytes, lifetimes, reuse distance, top-10% reuse share, per tenant/kind."""
+    """Per op/tier counts and bytes, lifetimes, reuse distance, top-10% reuse share, per tenant/kind, and content
+    by tier: each tier's hit ratio against Belady's and an unbounded cache's on its content-key sequence, reuse
+    distance by key and by object, and the share of its writes re-writing content it held before (a v1 trace,
+    without content keys: the object-based figures only)."""
     from kvreplay.stats import trace_stats
 
     with _progress("stats") as update:
@@ -499,6 +502,8 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
                   f"{fmt_pct(r['objects_never_reused_share'])} of objects are never reused")
     con.print(rt)
 
+    _print_content(con, s["content"])
+
     for title, rows in (("per tenant", s["tenants"]), ("per kind", s["kinds"])):
         t = Table(title=title, title_justify="left")
         for c in ("name", "events", "objects", "persisted", "loads", "hits", "deletes", "invalidations",
@@ -509,6 +514,49 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
                       f"{g_['loads']:,}", f"{g_['hits']:,}", f"{g_['deletes']:,}", f"{g_['invalidations']:,}",
                       fmt_ns(g_["lifetime_p50_ns"]), fmt_ns(g_["lifetime_p90_ns"]))
         con.print(t)
+
+
+def _print_content(con: Console, c: dict[str, Any]) -> None:
+    """The content section: references and keys, then the "content by tier" table (kvreplay.contentstats)."""
+    if c["content_keys"]:
+        line = (f"content: {c['references']:,} chunk references (hit, load, create, recover) of "
+                f"{c['distinct_keys']:,} distinct content keys and {c['distinct_objects']:,} objects")
+        if c["references_without_key"]:
+            line += f"; {c['references_without_key']:,} without a key (each counted as new content)"
+    else:
+        line = f"content: {c['note']}; {c['references']:,} chunk references of {c['distinct_objects']:,} objects"
+    if c["references_not_in_trace"]:
+        line += (f"; {c['references_not_in_trace']:,} of the {c['chunk_references_recorded']:,} chunk references the "
+                 "tier simulator counted have no event (recomputed while resident)")
+    con.print(line)
+    if not c["tiers"]:
+        return
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else fmt_pct(v)
+
+    def num(v: int | None) -> str:
+        return "-" if v is None else f"{v:,}"
+
+    t = Table(title="content by tier (hit ratios per access that reached the tier: not served by a faster tier)",
+              title_justify="left")
+    for col in ("tier", "accesses", "policy", "Belady", "unbounded", "slots", "reuse keys p50/p90",
+                "reuse objects p50/p90", "writes", "re-written", "re-written by object"):
+        t.add_column(col, justify="left" if col == "tier" else "right")
+    for r in c["tiers"]:
+        t.add_row(r["tier"], f"{r['accesses']:,}", pct(r["policy_hit_ratio_per_access"]),
+                  pct(r["belady_hit_ratio_per_access"]), pct(r["unbounded_hit_ratio_per_access"]), num(r["slots"]),
+                  f"{num(r['reuse_distance_keys_p50'])} / {num(r['reuse_distance_keys_p90'])}",
+                  f"{num(r['reuse_distance_objects_p50'])} / {num(r['reuse_distance_objects_p90'])}",
+                  f"{r['writes']:,}", pct(r["rewritten_share_of_writes"]),
+                  pct(r["rewritten_share_of_writes_by_object"]))
+    notes = ["policy: what the trace's tier simulator served; Belady: MIN on the tier's content-key sequence with "
+             "slots = capacity / largest object; unbounded: accesses to a key seen before; reuse distance in "
+             "distinct keys / objects; re-written: share of the tier's writes (commit, persist, recover) of content "
+             "(key, kind, scope) or of an object it stored before"]
+    notes += [f"{r['tier']}: {r['slot_sizing']}" for r in c["tiers"] if r["slot_sizing"] not in (None, "exact")]
+    t.caption = "\n".join(notes)
+    con.print(t)
 
 
 def _short(k: str, v: Any) -> str:

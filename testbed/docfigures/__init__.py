@@ -4,7 +4,15 @@ them (``scripts/doc_figures.py``)."""
 
 from __future__ import annotations
 
-from testbed.docfigures import crossover, demo, faults, femu_kv, mooncake_tiers, sharing  # noqa: F401  (registration)
+from testbed.docfigures import (  # noqa: F401  (registration)
+    crossover,
+    demo,
+    faults,
+    femu_kv,
+    mooncake_content,
+    mooncake_tiers,
+    sharing,
+)
 from testbed.docfigures.base import FIGURE_SETS, FigureSet
 
 __all__ = ["FIGURE_SETS", "FigureSet"]

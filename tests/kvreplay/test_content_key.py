@@ -24,6 +24,7 @@ from testbed.study.spec import TraceSetting
 from tests.support import capture_publisher as P
 from tests.support.cli import kvbed, ok, one_line_error
 from tests.support.tier_reference import OBJ, T, small_params
+from tests.support.trace_versions import as_v1
 
 
 def run(reqs: RequestTrace, params: TierSimParams) -> EventBatch:
@@ -132,15 +133,6 @@ def test_capture_key_is_the_block_hash_across_a_remove_and_store():
 
 
 # --------------------------------------------------------------------------------------------- v1 read
-
-
-def as_v1(v2: "os.PathLike", out) -> None:
-    """A trace as the previous release wrote it: no content_key column, format_version 1."""
-    table = pq.read_table(v2)
-    meta = json.loads(table.schema.metadata[S.META_KEY])
-    meta["format_version"] = 1
-    table = table.drop(["content_key"])
-    pq.write_table(table.replace_schema_metadata({S.META_KEY: json.dumps(meta).encode()}), out)
 
 
 @pytest.fixture(scope="module")
