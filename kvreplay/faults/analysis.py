@@ -20,7 +20,8 @@ from kvreplay.costmodel import CostParams
 from kvreplay.faults.base import TraceFacts
 from kvreplay.faults.model import (
     K_DETECTED_VALID, K_EXTRA_PAGES_R, K_EXTRA_PAGES_W, K_MEDIA_ERRORS, K_PHANTOM, K_READS, K_VERIFIED,
-    K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, events_kernel,
+    K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, S_LUCKY, S_STALE,
+    events_kernel,
 )
 from kvreplay.faults.params import FaultParams
 from kvreplay.faults.registry import CONTRACTS
@@ -31,7 +32,19 @@ from kvreplay.replay.prefetch import prefetched
 from kvbed.core.errors import KvbedError
 
 COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind")
-MAX_OBJECT_ID = 200_000_000  # dense per-object arrays; beyond this the model would need a hash table
+#: what the key slots are made of (one pass before the fault pass, v2 traces only)
+KEY_COLUMNS = ("obj_id", "content_key", "scope", "kind")
+MAX_OBJECT_ID = 200_000_000
+#: why the host index has the key it has (result.json faults.index_key_note)
+INDEX_KEY_NOTES = {
+    "content": "the host index is keyed by content (content_key, scope, kind): a recomputed chunk finds the entry "
+               "of its content's earlier copy",
+    "v1": "a format v1 trace has no content keys: the host index is keyed by object id, so a stale entry is never "
+          "looked up again (object ids are not reused) and a stale restore serves nothing wrong",
+    "no-keys": "every content_key of the trace is 0 (none known): the host index is keyed by object id, so a stale "
+               "entry is never looked up again",
+}
+ # dense per-object arrays; beyond this the model would need a hash table
 
 
 def max_object_id(path: str) -> int:
@@ -59,6 +72,45 @@ def scope_names(path: str) -> list[str]:
     for chunk in col.chunks:
         names.update(str(v) for v in chunk.dictionary.to_pylist())
     return sorted(names)
+
+
+def content_slots(key: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """Each object's slot in a host index keyed by content (arrays indexed by object id: its content_key and
+    :func:`place`): objects with one (content_key, place) share the slot of the smallest object id among them,
+    an object with key 0 (none known) keeps its own id. So slots are object ids (< len(key)), and with no keys
+    slot[o] == o.
+
+    The place (scope, kind) is part of the key as it is of trace validate's "one live object per content"
+    (kvreplay.keycheck): a derived copy (quantized, compressed) keeps its source's key but holds other bytes."""
+    slot = np.arange(len(key), dtype=np.int64)
+    keyed = np.flatnonzero(key != 0)  # ascending ids
+    if keyed.size:
+        _, by_key = np.unique(key[keyed], return_inverse=True)
+        pl = place[keyed]
+        both = by_key.astype(np.int64) * (int(pl.max()) + 1) + pl  # (key, place) as one int64
+        perm = np.argsort(both)
+        ids, sb = keyed[perm], both[perm]
+        start = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]])  # each content's first row in sorted order
+        smallest = np.minimum.reduceat(ids, start)
+        slot[ids] = np.repeat(smallest, np.diff(np.r_[start, len(sb)]))
+    return slot
+
+
+def place(scope: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """(scope code, kind code) as one int64 (kind < 256)."""
+    return scope.astype(np.int64) * 256 + kind
+
+
+def object_keys(reader: Any, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
+    """(content_key, :func:`place`) of every object id below ``n_obj`` (zeros for ids not in the trace); an
+    object has one of each (trace validate's key_changed; the replay's row checks for kind)."""
+    key = np.zeros(n_obj, np.uint64)
+    where = np.zeros(n_obj, np.int64)
+    for b in prefetched(reader.iter_batches(KEY_COLUMNS)):
+        o = b["obj_id"].view(np.int64)  # ids < MAX_OBJECT_ID (an int64 index is numpy's fast path)
+        key[o] = b["content_key"]
+        where[o] = place(b["scope"], b["kind"])
+    return key, where
 
 
 class FaultRun:
@@ -121,8 +173,17 @@ class FaultRun:
             raise KvbedError(f"--fault: object ids up to {n_obj - 1}; the fault model handles ids below "
                              f"{MAX_OBJECT_ID:,}", where=self.trace)
         n_windows = self.span_ns // window_ns + 1
+        # the index's key: content (format v2 with keys) or object id (v1: no content_key column)
+        slots = None
+        self.index_key, self.index_key_why = "object", "v1"
+        if self.reader.has_content_key:
+            key, where = object_keys(self.reader, n_obj)
+            self.index_key_why = "no-keys"
+            if key.any():
+                self.index_key = self.index_key_why = "content"
+                slots = content_slots(key, where)
         st = FaultState(n_obj, self.n_scopes, logical_pages, self.n_writes, self.log.arrays(),
-                        len(self.faults), n_windows, self.dev_tier)
+                        len(self.faults), n_windows, self.dev_tier, slots)
         # points in trace time: index checkpoints first, then the faults, each in time order
         points = []
         for i, f in enumerate(self.faults):
@@ -207,12 +268,15 @@ class FaultRun:
         }
         injected = []
         for i, f in enumerate(self.faults):
-            injected.append({**f.describe(), "state": states[i], **_block(st.counts.acc[i + 1], cost)})
+            injected.append({**f.describe(), "state": states[i],
+                             **_block(st.counts.acc[i + 1], st.counts.stale[i + 1], cost)})
         return {
             "contract": contract,
             "injected": injected,
-            "before_faults": _block(st.counts.acc[0], cost),
-            "total": _block(st.counts.acc.sum(axis=0), cost),
+            "index_key": self.index_key,
+            "index_key_note": INDEX_KEY_NOTES[self.index_key_why],
+            "before_faults": _block(st.counts.acc[0], st.counts.stale[0], cost),
+            "total": _block(st.counts.acc.sum(axis=0), st.counts.stale.sum(axis=0), cost),
             "phantom_loads": int(c[K_PHANTOM]),  # creates a store with the faulty index would have loaded
             "media_errors_sampled": int(c[K_MEDIA_ERRORS]),
             "cost_model": {"model": cost.model, "accelerator": cost.accelerator,
@@ -225,8 +289,9 @@ def _outcomes(a: np.ndarray) -> dict[str, dict[str, int]]:
     return {o: {m: int(a[k, j]) for j, m in enumerate(MEASURES)} for k, o in enumerate(OUTCOMES)}
 
 
-def _block(acc: np.ndarray, cost: CostParams) -> dict[str, Any]:
-    """acc[tier, kind, outcome, measure] -> outcomes overall, per tier and per kind, and what they cost."""
+def _block(acc: np.ndarray, stale: np.ndarray, cost: CostParams) -> dict[str, Any]:
+    """acc[tier, kind, outcome, measure], stale[S_*, objects/bytes] -> outcomes overall, per tier and per kind,
+    the loads through stale index entries, and what they cost."""
     total = acc.sum(axis=(0, 1))
     recompute_tokens = int(total[O_DETECTED, 2] + total[O_MISSING, 2])
     per_tier = {S.TIERS[t]: _outcomes(acc[t].sum(axis=0)) for t in range(acc.shape[0]) if acc[t].any()}
@@ -240,6 +305,12 @@ def _block(acc: np.ndarray, cost: CostParams) -> dict[str, Any]:
         "loads": int(total[:, 0].sum()),
         "served_wrong_objects": int(total[O_WRONG, 0]),
         "served_wrong_bytes": int(total[O_WRONG, 1]),
+        # loads through an index entry a fault-free index does not hold (restored stale), and those of them
+        # served correct anyway (the units still held the same content: lucky); both among `loads`
+        "stale_entry_loads": int(stale[S_STALE, 0]),
+        "stale_entry_bytes": int(stale[S_STALE, 1]),
+        "lucky_loads": int(stale[S_LUCKY, 0]),
+        "lucky_bytes": int(stale[S_LUCKY, 1]),
         "recompute_tokens": recompute_tokens,
         "recompute_ns": rns,  # prefill time of the recomputed tokens (cost model)
         "ttft_added_ns_mean": rns // recomputed if recomputed else 0,  # per load that had to recompute

@@ -85,11 +85,15 @@ class TraceTiers(NamedTuple):
 
 
 class DeviceIndex(NamedTuple):
-    """The host-side index of the replayed tier (what faults lose or roll back), per object."""
+    """The host-side index of the replayed tier (what faults lose or roll back), per *key slot*: the index is
+    keyed by content (``slot``: objects of one content_key, scope and kind share a slot, as a store keyed by
+    prefix-chain hash looks them up), or by object id when the trace has no keys (``slot[o] == o``)."""
 
-    ix_seq: np.ndarray  # int64[O]    write sequence the entry points at (0: no entry)
-    restored: np.ndarray  # int8[O]   1: recomputed after a detected/missing load (next loads reuse it)
-    true_res: np.ndarray  # int8[O]   1: the trace has a copy of it on the tier (what a fault-free index holds)
+    slot: np.ndarray  # int64[O]      the key slot of each object (analysis.content_slots; < O)
+    ix_seq: np.ndarray  # int64[O]    per slot: write sequence the entry points at (0: no entry)
+    restored: np.ndarray  # int8[O]   per slot: 1: recomputed after a detected/missing load (next loads reuse it)
+    true_seq: np.ndarray  # int64[O]  per slot: the entry a fault-free index holds (0: the trace has no copy on
+    #                                 the tier); ix_seq != true_seq: a stale entry
 
 
 class Writes(NamedTuple):
@@ -118,6 +122,8 @@ class FaultCounts(NamedTuple):
     #                  outcome: objects, bytes, tokens (model.MEASURES)
     tw: np.ndarray  # int64[max(1, Nw), len(OUTCOMES)] loads per time-series window and outcome
     cost: np.ndarray  # int64[K_N]  contract costs and other counters (model.K_*)
+    stale: np.ndarray  # int64[F+1, 2, 2] loads per fault slot through an index entry a fault-free index does not
+    #                   hold (model.S_STALE) and those of them served correct anyway (model.S_LUCKY): objects, bytes
 
 
 class FaultArrays(NamedTuple):
@@ -157,7 +163,7 @@ class FaultState:
     state kept on the Python side; ``n_obj`` = largest object id + 1."""
 
     def __init__(self, n_obj: int, n_scopes: int, logical_pages: int, n_writes: int, log: tuple[np.ndarray, ...],
-                 n_faults: int, n_windows: int, dev_tier: int):
+                 n_faults: int, n_windows: int, dev_tier: int, slots: np.ndarray | None = None):
         nt = len(S.TIERS)
         self.dev_tier = dev_tier
         row, op, lba, npages, arr, done = log
@@ -166,8 +172,10 @@ class FaultState:
         self.ver = Versions(o_ver=np.zeros(n_obj, np.int64), scope_ver=np.zeros(max(1, n_scopes), np.int64))
         self.tiers = TraceTiers(cp_ver=np.full((nt, n_obj), -1, np.int64), cp_bad=np.zeros((nt, n_obj), np.int8),
                                 cp_ts=np.zeros((nt, n_obj), np.int64))
-        self.dev = DeviceIndex(ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
-                               true_res=np.zeros(n_obj, np.int8))
+        # slots None: keyed by object id (a v1 trace)
+        slot = np.arange(n_obj, dtype=np.int64) if slots is None else np.ascontiguousarray(slots, np.int64)
+        self.dev = DeviceIndex(slot=slot, ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
+                               true_seq=np.zeros(n_obj, np.int64))
         self.media = Media(lba_seq=np.zeros(max(1, logical_pages), np.int64),
                            lba_prev=np.zeros(max(1, logical_pages), np.int64))
         nw = n_writes + 2  # sequence 0 = zeros
@@ -176,7 +184,8 @@ class FaultState:
                              wn=np.ones(1, np.int64))
         self.counts = FaultCounts(acc=np.zeros((n_faults + 1, nt, len(S.KINDS), len(OUTCOMES), 3), np.int64),
                                   tw=np.zeros((max(1, n_windows), len(OUTCOMES)), np.int64),
-                                  cost=np.zeros(K_N, np.int64))
+                                  cost=np.zeros(K_N, np.int64),
+                                  stale=np.zeros((n_faults + 1, 2, 2), np.int64))
         self.arrays = FaultArrays(log=self.log, ver=self.ver, tiers=self.tiers, dev=self.dev, writes=self.writes,
                                   media=self.media, counts=self.counts)
         self.media_rate = 0.0  # media errors from a media_error fault (FaultConfig.media_rate, .media_from)
@@ -225,7 +234,8 @@ class FaultState:
 
     def restore_index(self, key: int) -> dict[str, Any]:
         """The index as it was at the fault's checkpoint: entries made since are missing, entries dropped
-        since are back (pointing at units trimmed or rewritten since)."""
+        since are back (pointing at units trimmed or rewritten since). Keyed by content, an entry that is back
+        is found by the next request for its content, whatever object id the trace gives it."""
         old = self.snapshots.pop(key)
         now = self.dev.ix_seq
         stale = int(np.count_nonzero((old != 0) & (old != now)))
@@ -237,11 +247,11 @@ class FaultState:
     def corrupt_objects(self, ids: list[int]) -> dict[str, Any]:
         """The current copies of ``ids`` on the replayed tier get an uncorrectable unit (until rewritten)."""
         hit = 0
-        ix_seq = self.dev.ix_seq
+        ix_seq, slot = self.dev.ix_seq, self.dev.slot
         for o in ids:
-            if 0 <= o < len(ix_seq) and ix_seq[o]:
-                self.writes.bad[ix_seq[o]] = 1
-                self.dev.restored[o] = 0
+            if 0 <= o < len(ix_seq) and ix_seq[slot[o]]:
+                self.writes.bad[ix_seq[slot[o]]] = 1
+                self.dev.restored[slot[o]] = 0
                 hit += 1
         return {"objects_corrupted": hit}
 
