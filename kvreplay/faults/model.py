@@ -46,8 +46,10 @@ MEASURES = ("objects", "bytes", "tokens")
 (K_WRITES, K_EXTRA_PAGES_W, K_READS, K_EXTRA_PAGES_R, K_VERIFIED, K_VERIFIED_BYTES, K_DETECTED_VALID,
  K_PHANTOM, K_MEDIA_ERRORS) = range(9)
 K_N = 9
-# stale[fault slot, S_*, objects/bytes]: loads through a stale index entry, and those served correct anyway
-S_STALE, S_LUCKY = 0, 1
+# stale[fault slot, S_*, objects/bytes]: loads through a stale index entry, those served correct anyway, and
+# those whose entry's units held another content whole
+S_STALE, S_LUCKY, S_FOREIGN = 0, 1, 2
+S_N = 3
 
 
 @njit(inline="always")
@@ -75,19 +77,21 @@ def _trim(lba, npages, lba_seq, lba_prev):
 
 @njit(nogil=True)
 def _dev_load(c, exp, checks, corrupt, st):
-    """(outcome, content was correct) of a load of key slot ``c`` from the replayed tier (``st``: FaultArrays):
-    the index entry of ``c`` names a write sequence; what its units hold now is what the load reads. Correct
-    when they hold, whole and intact, a write of the same content (key slot) at the scope's version ``exp``."""
+    """(outcome, content was correct, units held another content whole) of a load of key slot ``c`` from the
+    replayed tier (``st``: FaultArrays): the index entry of ``c`` names a write sequence; what its units hold now
+    is what the load reads. Correct when they hold, whole and intact, a write of the same content (key slot) at
+    the scope's version ``exp``; *foreign* when they hold, whole and intact, another content's write (its own
+    checksum is right: only a check naming the content or the write tells)."""
     ix_seq, restored, slot = st.dev.ix_seq, st.dev.restored, st.dev.slot
     lba_seq = st.media.lba_seq
     w_obj, w_ver, w_pages, w_lo, w_hi, w_bad = (st.writes.obj, st.writes.ver, st.writes.pages, st.writes.lo,
                                                 st.writes.hi, st.writes.bad)
     lg_lba, lg_np = st.log.lba, st.log.npages
     if restored[c]:
-        return O_REUSED, True
+        return O_REUSED, True, False
     s = ix_seq[c]
     if s == 0:
-        return O_MISSING, False
+        return O_MISSING, False, False
     h = -1
     intact = True
     npg = 0
@@ -108,6 +112,7 @@ def _dev_load(c, exp, checks, corrupt, st):
     cslot = slot[w_obj[h]] if not zeros else np.int64(-1)  # the content the units hold (header: key or id)
     cver = w_ver[h] if not zeros else np.int64(-1)
     correct = intact and not bad and cslot == c and cver == exp
+    foreign = intact and not bad and cslot != c
     det = False
     if (checks & CHECK_CHECKSUM) and (not intact or bad):
         det = True
@@ -116,13 +121,14 @@ def _dev_load(c, exp, checks, corrupt, st):
     if (checks & CHECK_LEASE) and h != s:
         det = True
     if det:
-        return O_DETECTED, correct
-    return (O_REUSED if correct else O_WRONG), correct
+        return O_DETECTED, correct, foreign
+    return (O_REUSED if correct else O_WRONG), correct, foreign
 
 
 @njit(inline="always")
-def _count_stale(st, c, out, fault_slot, nbytes):
-    """A load through an entry a fault-free index does not hold (stale), and whether it was served correct."""
+def _count_stale(st, c, out, foreign, fault_slot, nbytes):
+    """A load through an entry a fault-free index does not hold (stale): whether it was served correct (lucky)
+    and whether the entry's units held another content whole (foreign)."""
     dev = st.dev
     s = dev.ix_seq[c]
     if dev.restored[c] == 0 and s != 0 and s != dev.true_seq[c]:
@@ -132,6 +138,9 @@ def _count_stale(st, c, out, fault_slot, nbytes):
         if out == O_REUSED:
             sc[S_LUCKY, 0] += 1
             sc[S_LUCKY, 1] += nbytes
+        if foreign:
+            sc[S_FOREIGN, 0] += 1
+            sc[S_FOREIGN, 1] += nbytes
 
 
 @njit(nogil=True)
@@ -172,8 +181,8 @@ def events_kernel(ev, a, b, cfg, st):
         good = False
         # a store whose index claims the device holds o's content would load it rather than compute it
         if p == S.OP_CREATE and fault_slot > 0 and ix_seq[c] != 0 and true_seq[c] == 0 and restored[c] == 0:
-            out, good = _dev_load(c, exp, checks, False, st)
-            _count_stale(st, c, out, fault_slot, nbytes[i])
+            out, good, foreign = _dev_load(c, exp, checks, False, st)
+            _count_stale(st, c, out, foreign, fault_slot, nbytes[i])
             cost[K_PHANTOM] += 1
             if out == O_DETECTED or out == O_MISSING:
                 ix_seq[c] = 0  # found bad: the entry is dropped and the object computed as the trace does
@@ -222,8 +231,8 @@ def events_kernel(ev, a, b, cfg, st):
                     corrupt = _uniform(seed, r) < pr
                     if corrupt and ix_seq[c] != 0:
                         cost[K_MEDIA_ERRORS] += 1
-                out, good = _dev_load(c, exp, checks, corrupt, st)
-                _count_stale(st, c, out, fault_slot, nbytes[i])
+                out, good, foreign = _dev_load(c, exp, checks, corrupt, st)
+                _count_stale(st, c, out, foreign, fault_slot, nbytes[i])
                 cost[K_READS] += 1
                 cost[K_EXTRA_PAGES_R] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
                 if checks != 0 and out != O_MISSING:

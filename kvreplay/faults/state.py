@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kvreplay import schema as S
-from kvreplay.faults.model import K_N, OUTCOMES, lose_inflight, media_units, torn_and_lost
+from kvreplay.faults.model import K_N, OUTCOMES, S_N, lose_inflight, media_units, torn_and_lost
 
 #: tiers whose copies live in volatile memory (a power loss takes them)
 VOLATILE_TIERS = ("gpu", "cpu", "cxl")
@@ -122,8 +122,9 @@ class FaultCounts(NamedTuple):
     #                  outcome: objects, bytes, tokens (model.MEASURES)
     tw: np.ndarray  # int64[max(1, Nw), len(OUTCOMES)] loads per time-series window and outcome
     cost: np.ndarray  # int64[K_N]  contract costs and other counters (model.K_*)
-    stale: np.ndarray  # int64[F+1, 2, 2] loads per fault slot through an index entry a fault-free index does not
-    #                   hold (model.S_STALE) and those of them served correct anyway (model.S_LUCKY): objects, bytes
+    stale: np.ndarray  # int64[F+1, S_N, 2] loads per fault slot through an index entry a fault-free index does
+    #                   not hold (model.S_STALE), those of them served correct anyway (S_LUCKY) and those whose
+    #                   entry's units held another content whole (S_FOREIGN): objects, bytes
 
 
 class FaultArrays(NamedTuple):
@@ -185,7 +186,7 @@ class FaultState:
         self.counts = FaultCounts(acc=np.zeros((n_faults + 1, nt, len(S.KINDS), len(OUTCOMES), 3), np.int64),
                                   tw=np.zeros((max(1, n_windows), len(OUTCOMES)), np.int64),
                                   cost=np.zeros(K_N, np.int64),
-                                  stale=np.zeros((n_faults + 1, 2, 2), np.int64))
+                                  stale=np.zeros((n_faults + 1, S_N, 2), np.int64))
         self.arrays = FaultArrays(log=self.log, ver=self.ver, tiers=self.tiers, dev=self.dev, writes=self.writes,
                                   media=self.media, counts=self.counts)
         self.media_rate = 0.0  # media errors from a media_error fault (FaultConfig.media_rate, .media_from)
