@@ -4,7 +4,7 @@ them (``scripts/doc_figures.py``)."""
 
 from __future__ import annotations
 
-from testbed.docfigures import crossover, demo, faults, mooncake_tiers, sharing  # noqa: F401  (registration)
+from testbed.docfigures import crossover, demo, faults, mooncake_tiers, sharing, stale_index  # noqa: F401  (registration)
 from testbed.docfigures.base import FIGURE_SETS, FigureSet
 
 __all__ = ["FIGURE_SETS", "FigureSet"]
