@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from devicemodels.base import OP_TRIM, OP_WRITE
+from kvreplay import keycheck
 from kvreplay import schema as S
 from kvreplay.arrow_numpy import column_to_numpy
 from kvreplay.costmodel import CostParams
@@ -21,7 +22,7 @@ from kvreplay.faults.base import TraceFacts
 from kvreplay.faults.model import (
     K_DETECTED_VALID, K_EXTRA_PAGES_R, K_EXTRA_PAGES_W, K_MEDIA_ERRORS, K_PHANTOM, K_READS, K_VERIFIED,
     K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, S_FOREIGN, S_LUCKY, S_STALE,
-    events_kernel,
+    assign_slots, events_kernel,
 )
 from kvreplay.faults.params import FaultParams
 from kvreplay.faults.registry import CONTRACTS
@@ -31,9 +32,7 @@ from kvreplay.layout.common import SRC_GC
 from kvreplay.replay.prefetch import prefetched
 from kvbed.core.errors import KvbedError
 
-COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind")
-#: what the key slots are made of (one pass before the fault pass, v2 traces only)
-KEY_COLUMNS = ("obj_id", "content_key", "scope", "kind")
+COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind", "content_key")
 MAX_OBJECT_ID = 200_000_000
 #: why the host index has the key it has (result.json faults.index_key_note)
 INDEX_KEY_NOTES = {
@@ -72,45 +71,6 @@ def scope_names(path: str) -> list[str]:
     for chunk in col.chunks:
         names.update(str(v) for v in chunk.dictionary.to_pylist())
     return sorted(names)
-
-
-def content_slots(key: np.ndarray, place: np.ndarray) -> np.ndarray:
-    """Each object's slot in a host index keyed by content (arrays indexed by object id: its content_key and
-    :func:`place`): objects with one (content_key, place) share the slot of the smallest object id among them,
-    an object with key 0 (none known) keeps its own id. So slots are object ids (< len(key)), and with no keys
-    slot[o] == o.
-
-    The place (scope, kind) is part of the key as it is of trace validate's "one live object per content"
-    (kvreplay.keycheck): a derived copy (quantized, compressed) keeps its source's key but holds other bytes."""
-    slot = np.arange(len(key), dtype=np.int64)
-    keyed = np.flatnonzero(key != 0)  # ascending ids
-    if keyed.size:
-        _, by_key = np.unique(key[keyed], return_inverse=True)
-        pl = place[keyed]
-        both = by_key.astype(np.int64) * (int(pl.max()) + 1) + pl  # (key, place) as one int64
-        perm = np.argsort(both)
-        ids, sb = keyed[perm], both[perm]
-        start = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]])  # each content's first row in sorted order
-        smallest = np.minimum.reduceat(ids, start)
-        slot[ids] = np.repeat(smallest, np.diff(np.r_[start, len(sb)]))
-    return slot
-
-
-def place(scope: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """(scope code, kind code) as one int64 (kind < 256)."""
-    return scope.astype(np.int64) * 256 + kind
-
-
-def object_keys(reader: Any, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
-    """(content_key, :func:`place`) of every object id below ``n_obj`` (zeros for ids not in the trace); an
-    object has one of each (trace validate's key_changed; the replay's row checks for kind)."""
-    key = np.zeros(n_obj, np.uint64)
-    where = np.zeros(n_obj, np.int64)
-    for b in prefetched(reader.iter_batches(KEY_COLUMNS)):
-        o = b["obj_id"].view(np.int64)  # ids < MAX_OBJECT_ID (an int64 index is numpy's fast path)
-        key[o] = b["content_key"]
-        where[o] = place(b["scope"], b["kind"])
-    return key, where
 
 
 class FaultRun:
@@ -173,17 +133,10 @@ class FaultRun:
             raise KvbedError(f"--fault: object ids up to {n_obj - 1}; the fault model handles ids below "
                              f"{MAX_OBJECT_ID:,}", where=self.trace)
         n_windows = self.span_ns // window_ns + 1
-        # the index's key: content (format v2 with keys) or object id (v1: no content_key column)
-        slots = None
-        self.index_key, self.index_key_why = "object", "v1"
-        if self.reader.has_content_key:
-            key, where = object_keys(self.reader, n_obj)
-            self.index_key_why = "no-keys"
-            if key.any():
-                self.index_key = self.index_key_why = "content"
-                slots = content_slots(key, where)
         st = FaultState(n_obj, self.n_scopes, logical_pages, self.n_writes, self.log.arrays(),
-                        len(self.faults), n_windows, self.dev_tier, slots)
+                        len(self.faults), n_windows, self.dev_tier)
+        table = keycheck.new_state(1)  # (content_key, scope, kind) -> the key slot (assign_slots)
+        seen = 0  # objects given a slot
         # points in trace time: index checkpoints first, then the faults, each in time order
         points = []
         for i, f in enumerate(self.faults):
@@ -200,9 +153,7 @@ class FaultRun:
                           page_bytes=self.page_bytes, header_bytes=self.header_bytes, checks=self.contract.checks,
                           seed=self.seed, fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
 
-        def run(b: S.EventBatch, row0: int, a: int, e: int) -> None:
-            ev = FaultEvents(row0=row0, ts=b["ts_ns"], op=b["op"], obj=b["obj_id"], tier=b["tier"], nbytes=b["nbytes"],
-                             ntokens=b["ntokens"], scope=b["scope"], kind=b["kind"])
+        def run(ev: FaultEvents, a: int, e: int) -> None:
             now = cfg._replace(fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
             events_kernel(ev, a, e, now, st.arrays)
 
@@ -225,18 +176,25 @@ class FaultRun:
         row0 = 0
         for b in prefetched(self.reader.iter_batches(COLUMNS)):
             n = min(b.n, max(0, rows_done - row0))
+            ev = FaultEvents(row0=row0, ts=b["ts_ns"], op=b["op"], obj=b["obj_id"], tier=b["tier"], nbytes=b["nbytes"],
+                             ntokens=b["ntokens"], scope=b["scope"], kind=b["kind"], key=b["content_key"])
+            # room for each object not seen yet to insert one entry: at most its rows, at most the ids left
+            new = min(int(np.count_nonzero(st.dev.slot[b["obj_id"].view(np.int64)] < 0)), n_obj - seen)
+            if new:
+                table = keycheck.ensure(table, 1, new)
+                seen += assign_slots(ev, table, st.dev.slot)
             rel = b["ts_ns"][:n] - self.t0
             a = 0
             while a < n:
                 if nxt < len(points):
                     cut = max(a, int(np.searchsorted(rel, points[nxt][0], side="right")))
                     if cut < n:
-                        run(b, row0, a, cut)
+                        run(ev, a, cut)
                         point(nxt)
                         nxt += 1
                         a = cut
                         continue
-                run(b, row0, a, n)
+                run(ev, a, n)
                 a = n
             row0 += b.n
             if row0 >= rows_done:
@@ -244,6 +202,10 @@ class FaultRun:
         while nxt < len(points):  # faults at the trace's last instant (nothing after them to classify)
             point(nxt)
             nxt += 1
+        # the index's key: content (format v2 with keys) or object id (v1: no content_key column; or keys all 0)
+        keyed = int(table.used[0]) > 0
+        self.index_key = "content" if keyed else "object"
+        self.index_key_why = "content" if keyed else "no-keys" if self.reader.has_content_key else "v1"
         return self._result(st, states), st.counts.tw
 
     def _result(self, st: FaultState, states: list[dict[str, Any]]) -> dict[str, Any]:

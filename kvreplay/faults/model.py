@@ -15,7 +15,7 @@ State (object ids index dense arrays):
   the host-side index (key -> write sequence the entry points at), which faults may lose or roll back.
 
 The index is keyed by content, as a store that looks chunks up by their prefix-chain hash is: objects with one
-``content_key``, scope and kind share a *key slot* (:func:`kvreplay.faults.analysis.content_slots`), so a chunk
+``content_key``, scope and kind share a *key slot* (:func:`assign_slots`), so a chunk
 recomputed under a new object id finds the entry of its earlier copy. After a stale restore that entry may
 point at an extent trimmed or rewritten since: the load reads whatever is there (served wrong, detected by
 the contract, or *lucky*: the units happen to hold the same content). A trace without keys (format v1, or
@@ -37,6 +37,7 @@ from devicemodels.base import OP_TRIM, OP_WRITE
 from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.faults.contract import CHECK_CHECKSUM, CHECK_LEASE, CHECK_VERSION
+from kvreplay.keycheck import EMPTY, _slot
 from kvreplay.layout.actions import A_NONE, A_READ, A_WRITE
 
 OUTCOMES = ("reused", "detected", "missing", "wrong")
@@ -141,6 +142,38 @@ def _count_stale(st, c, out, foreign, fault_slot, nbytes):
         if foreign:
             sc[S_FOREIGN, 0] += 1
             sc[S_FOREIGN, 1] += nbytes
+
+
+@njit(nogil=True)
+def assign_slots(ev, table, slot):
+    """Give each object first seen in the batch ``ev`` (FaultEvents) its key slot: ``slot[o]`` (-1: not seen
+    yet) becomes the id of the first object seen with its (content_key, scope, kind), found in ``table``
+    (keycheck.KeyState's open-addressing table: key, place -> that object; room made by keycheck.ensure), or
+    its own id when its key is 0 (none known: a v1 trace reads 0). Slots are object ids, so with no keys
+    ``slot[o] == o``. Scope and kind are part of the key as they are of trace validate's "one live object per
+    content" (kvreplay.keycheck): a derived copy keeps its source's key but holds other bytes. Returns the
+    number of objects given a slot."""
+    obj, key, scope, kind = ev.obj, ev.key, ev.scope, ev.kind
+    tk, td, th, used = table.tk, table.td, table.th, table.used
+    seen = 0
+    for i in range(obj.shape[0]):
+        o = obj[i]
+        if slot[o] >= 0:
+            continue
+        seen += 1
+        k = key[i]
+        if k == 0:
+            slot[o] = np.int64(o)
+            continue
+        place = np.int64(scope[i]) * 256 + np.int64(kind[i])
+        j = _slot(tk, td, k, place, True)
+        if td[j] == EMPTY:
+            td[j] = place
+            tk[j] = k
+            th[j] = np.int64(o)
+            used[0] += 1
+        slot[o] = th[j]
+    return seen
 
 
 @njit(nogil=True)

@@ -36,6 +36,7 @@ class FaultEvents(NamedTuple):
     ntokens: np.ndarray  # int32[n] tokens of the object
     scope: np.ndarray  # int32[n]  scope code (the reader's string table)
     kind: np.ndarray  # int8[n]    kind code (schema.KINDS)
+    key: np.ndarray  # uint64[n]   content_key (0: none known; every row of a v1 trace)
 
 
 class FaultConfig(NamedTuple):
@@ -89,7 +90,7 @@ class DeviceIndex(NamedTuple):
     keyed by content (``slot``: objects of one content_key, scope and kind share a slot, as a store keyed by
     prefix-chain hash looks them up), or by object id when the trace has no keys (``slot[o] == o``)."""
 
-    slot: np.ndarray  # int64[O]      the key slot of each object (analysis.content_slots; < O)
+    slot: np.ndarray  # int64[O]      the key slot of each object: an object id (model.assign_slots; -1: not seen)
     ix_seq: np.ndarray  # int64[O]    per slot: write sequence the entry points at (0: no entry)
     restored: np.ndarray  # int8[O]   per slot: 1: recomputed after a detected/missing load (next loads reuse it)
     true_seq: np.ndarray  # int64[O]  per slot: the entry a fault-free index holds (0: the trace has no copy on
@@ -164,7 +165,7 @@ class FaultState:
     state kept on the Python side; ``n_obj`` = largest object id + 1."""
 
     def __init__(self, n_obj: int, n_scopes: int, logical_pages: int, n_writes: int, log: tuple[np.ndarray, ...],
-                 n_faults: int, n_windows: int, dev_tier: int, slots: np.ndarray | None = None):
+                 n_faults: int, n_windows: int, dev_tier: int):
         nt = len(S.TIERS)
         self.dev_tier = dev_tier
         row, op, lba, npages, arr, done = log
@@ -173,9 +174,7 @@ class FaultState:
         self.ver = Versions(o_ver=np.zeros(n_obj, np.int64), scope_ver=np.zeros(max(1, n_scopes), np.int64))
         self.tiers = TraceTiers(cp_ver=np.full((nt, n_obj), -1, np.int64), cp_bad=np.zeros((nt, n_obj), np.int8),
                                 cp_ts=np.zeros((nt, n_obj), np.int64))
-        # slots None: keyed by object id (a v1 trace)
-        slot = np.arange(n_obj, dtype=np.int64) if slots is None else np.ascontiguousarray(slots, np.int64)
-        self.dev = DeviceIndex(slot=slot, ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
+        self.dev = DeviceIndex(slot=np.full(n_obj, -1, np.int64), ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
                                true_seq=np.zeros(n_obj, np.int64))
         self.media = Media(lba_seq=np.zeros(max(1, logical_pages), np.int64),
                            lba_prev=np.zeros(max(1, logical_pages), np.int64))
@@ -250,7 +249,7 @@ class FaultState:
         hit = 0
         ix_seq, slot = self.dev.ix_seq, self.dev.slot
         for o in ids:
-            if 0 <= o < len(ix_seq) and ix_seq[slot[o]]:
+            if 0 <= o < len(ix_seq) and slot[o] >= 0 and ix_seq[slot[o]]:
                 self.writes.bad[ix_seq[slot[o]]] = 1
                 self.dev.restored[slot[o]] = 0
                 hit += 1

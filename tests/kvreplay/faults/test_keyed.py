@@ -17,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvreplay import schema as S
-from kvreplay.faults.analysis import content_slots, place
+from kvreplay import keycheck
+from kvreplay.faults.model import assign_slots
+from kvreplay.faults.state import FaultEvents
 from kvreplay.replay import Replay, build_config
 from kvreplay.validate import validate_trace
 from tests.support import fault_traces as T
@@ -101,15 +103,36 @@ def counts(f: dict) -> dict[str, int]:
     return {k: v["objects"] for k, v in f["injected"][0]["outcomes"].items() if v["objects"]}
 
 
-def test_content_slots_share_a_slot_per_key_scope_and_kind():
-    """Objects 1..6: 1, 3 and 6 have key A (6 quantized: its own content), 2 has B, 4 and 5 none (key 0)."""
-    key = np.array([0, A, B, A, 0, 0, A], np.uint64)
-    kind = np.array([0, 0, 0, 0, 0, 0, S.KIND["quantized"]], np.int8)
-    scope = np.zeros(7, np.int32)
-    assert content_slots(key, place(scope, kind)).tolist() == [0, 1, 2, 1, 4, 5, 6]
-    scope[3] = 1  # another scope: another content
-    assert content_slots(key, place(scope, kind)).tolist() == [0, 1, 2, 3, 4, 5, 6]
-    assert content_slots(np.zeros(4, np.uint64), np.zeros(4, np.int64)).tolist() == [0, 1, 2, 3]
+def slots_of(batches: list[tuple[list, list, list, list]], n_obj: int) -> list[int]:
+    """assign_slots over batches of (obj, key, scope, kind) rows, as the fault pass feeds them."""
+    slot = np.full(n_obj, -1, np.int64)
+    table = keycheck.new_state(1, slots=16)
+    for obj, key, scope, kind in batches:
+        n = len(obj)
+        ev = FaultEvents(row0=0, ts=np.zeros(n, np.int64), op=np.zeros(n, np.int8), obj=np.array(obj, np.uint64),
+                         tier=np.zeros(n, np.int8), nbytes=np.zeros(n, np.int64), ntokens=np.zeros(n, np.int32),
+                         scope=np.array(scope, np.int32), kind=np.array(kind, np.int8), key=np.array(key, np.uint64))
+        table = keycheck.ensure(table, 1, n)
+        assign_slots(ev, table, slot)
+    return slot.tolist()
+
+
+def test_objects_of_one_key_scope_and_kind_share_a_slot():
+    """Objects 1..6 over two batches: 1, 3 and 6 have key A (6 quantized: other bytes), 2 has B, 4 and 5 none
+    (key 0); each shares the slot of the first object seen with its content (3 after 1, across the batch)."""
+    q = S.KIND["quantized"]
+    first = ([1, 2, 1], [A, B, A], [0, 0, 0], [0, 0, 0])
+    second = ([4, 3, 6, 5, 3], [0, A, A, 0, A], [0, 0, 0, 0, 0], [0, 0, q, 0, 0])
+    assert slots_of([first, second], 7) == [-1, 1, 2, 1, 4, 5, 6]  # 0: never seen
+    other_scope = ([4, 3, 6, 5], [0, A, A, 0], [0, 1, 0, 0], [0, 0, q, 0])  # 3 in another scope: its own content
+    assert slots_of([first, other_scope], 7) == [-1, 1, 2, 3, 4, 5, 6]
+    # many keys through a table that starts small: it grows, and objects of one key still meet
+    ids = list(range(1, 2001))
+    keys = [1000 + (o % 700) for o in ids]
+    got = slots_of([(ids[:900], keys[:900], [0] * 900, [0] * 900), (ids[900:], keys[900:], [0] * 1100, [0] * 1100)],
+                   2001)
+    want = {}
+    assert got[1:] == [want.setdefault(k, o) for o, k in zip(ids, keys)]
 
 
 # stale index from 180 ms restored at 500 ms: load 3 (C) -> missing; create 4 (B) -> 2's trimmed extent:
