@@ -14,13 +14,15 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from devicemodels.base import OP_TRIM, OP_WRITE
+from kvreplay import keycheck
 from kvreplay import schema as S
 from kvreplay.arrow_numpy import column_to_numpy
 from kvreplay.costmodel import CostParams
 from kvreplay.faults.base import TraceFacts
 from kvreplay.faults.model import (
     K_DETECTED_VALID, K_EXTRA_PAGES_R, K_EXTRA_PAGES_W, K_MEDIA_ERRORS, K_PHANTOM, K_READS, K_VERIFIED,
-    K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, events_kernel,
+    K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, S_FOREIGN, S_LUCKY, S_STALE,
+    assign_slots, events_kernel,
 )
 from kvreplay.faults.params import FaultParams
 from kvreplay.faults.registry import CONTRACTS
@@ -30,8 +32,18 @@ from kvreplay.layout.common import SRC_GC
 from kvreplay.replay.prefetch import prefetched
 from kvbed.core.errors import KvbedError
 
-COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind")
-MAX_OBJECT_ID = 200_000_000  # dense per-object arrays; beyond this the model would need a hash table
+COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes", "ntokens", "scope", "kind", "content_key")
+MAX_OBJECT_ID = 200_000_000
+#: why the host index has the key it has (result.json faults.index_key_note)
+INDEX_KEY_NOTES = {
+    "content": "the host index is keyed by content (content_key, scope, kind): a recomputed chunk finds the entry "
+               "of its content's earlier copy",
+    "v1": "a format v1 trace has no content keys: the host index is keyed by object id, so a stale entry is never "
+          "looked up again (object ids are not reused) and a stale restore serves nothing wrong",
+    "no-keys": "every content_key of the trace is 0 (none known): the host index is keyed by object id, so a stale "
+               "entry is never looked up again",
+}
+ # dense per-object arrays; beyond this the model would need a hash table
 
 
 def max_object_id(path: str) -> int:
@@ -123,6 +135,8 @@ class FaultRun:
         n_windows = self.span_ns // window_ns + 1
         st = FaultState(n_obj, self.n_scopes, logical_pages, self.n_writes, self.log.arrays(),
                         len(self.faults), n_windows, self.dev_tier)
+        table = keycheck.new_state(1)  # (content_key, scope, kind) -> the key slot (assign_slots)
+        seen = 0  # objects given a slot
         # points in trace time: index checkpoints first, then the faults, each in time order
         points = []
         for i, f in enumerate(self.faults):
@@ -139,9 +153,7 @@ class FaultRun:
                           page_bytes=self.page_bytes, header_bytes=self.header_bytes, checks=self.contract.checks,
                           seed=self.seed, fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
 
-        def run(b: S.EventBatch, row0: int, a: int, e: int) -> None:
-            ev = FaultEvents(row0=row0, ts=b["ts_ns"], op=b["op"], obj=b["obj_id"], tier=b["tier"], nbytes=b["nbytes"],
-                             ntokens=b["ntokens"], scope=b["scope"], kind=b["kind"])
+        def run(ev: FaultEvents, a: int, e: int) -> None:
             now = cfg._replace(fault_slot=slot, media_rate=st.media_rate, media_from=st.media_from)
             events_kernel(ev, a, e, now, st.arrays)
 
@@ -164,18 +176,25 @@ class FaultRun:
         row0 = 0
         for b in prefetched(self.reader.iter_batches(COLUMNS)):
             n = min(b.n, max(0, rows_done - row0))
+            ev = FaultEvents(row0=row0, ts=b["ts_ns"], op=b["op"], obj=b["obj_id"], tier=b["tier"], nbytes=b["nbytes"],
+                             ntokens=b["ntokens"], scope=b["scope"], kind=b["kind"], key=b["content_key"])
+            # room for each object not seen yet to insert one entry: at most its rows, at most the ids left
+            new = min(int(np.count_nonzero(st.dev.slot[b["obj_id"].view(np.int64)] < 0)), n_obj - seen)
+            if new:
+                table = keycheck.ensure(table, 1, new)
+                seen += assign_slots(ev, table, st.dev.slot)
             rel = b["ts_ns"][:n] - self.t0
             a = 0
             while a < n:
                 if nxt < len(points):
                     cut = max(a, int(np.searchsorted(rel, points[nxt][0], side="right")))
                     if cut < n:
-                        run(b, row0, a, cut)
+                        run(ev, a, cut)
                         point(nxt)
                         nxt += 1
                         a = cut
                         continue
-                run(b, row0, a, n)
+                run(ev, a, n)
                 a = n
             row0 += b.n
             if row0 >= rows_done:
@@ -183,6 +202,10 @@ class FaultRun:
         while nxt < len(points):  # faults at the trace's last instant (nothing after them to classify)
             point(nxt)
             nxt += 1
+        # the index's key: content (format v2 with keys) or object id (v1: no content_key column; or keys all 0)
+        keyed = int(table.used[0]) > 0
+        self.index_key = "content" if keyed else "object"
+        self.index_key_why = "content" if keyed else "no-keys" if self.reader.has_content_key else "v1"
         return self._result(st, states), st.counts.tw
 
     def _result(self, st: FaultState, states: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,12 +230,15 @@ class FaultRun:
         }
         injected = []
         for i, f in enumerate(self.faults):
-            injected.append({**f.describe(), "state": states[i], **_block(st.counts.acc[i + 1], cost)})
+            injected.append({**f.describe(), "state": states[i],
+                             **_block(st.counts.acc[i + 1], st.counts.stale[i + 1], cost)})
         return {
             "contract": contract,
             "injected": injected,
-            "before_faults": _block(st.counts.acc[0], cost),
-            "total": _block(st.counts.acc.sum(axis=0), cost),
+            "index_key": self.index_key,
+            "index_key_note": INDEX_KEY_NOTES[self.index_key_why],
+            "before_faults": _block(st.counts.acc[0], st.counts.stale[0], cost),
+            "total": _block(st.counts.acc.sum(axis=0), st.counts.stale.sum(axis=0), cost),
             "phantom_loads": int(c[K_PHANTOM]),  # creates a store with the faulty index would have loaded
             "media_errors_sampled": int(c[K_MEDIA_ERRORS]),
             "cost_model": {"model": cost.model, "accelerator": cost.accelerator,
@@ -225,8 +251,9 @@ def _outcomes(a: np.ndarray) -> dict[str, dict[str, int]]:
     return {o: {m: int(a[k, j]) for j, m in enumerate(MEASURES)} for k, o in enumerate(OUTCOMES)}
 
 
-def _block(acc: np.ndarray, cost: CostParams) -> dict[str, Any]:
-    """acc[tier, kind, outcome, measure] -> outcomes overall, per tier and per kind, and what they cost."""
+def _block(acc: np.ndarray, stale: np.ndarray, cost: CostParams) -> dict[str, Any]:
+    """acc[tier, kind, outcome, measure], stale[S_*, objects/bytes] -> outcomes overall, per tier and per kind,
+    the loads through stale index entries, and what they cost."""
     total = acc.sum(axis=(0, 1))
     recompute_tokens = int(total[O_DETECTED, 2] + total[O_MISSING, 2])
     per_tier = {S.TIERS[t]: _outcomes(acc[t].sum(axis=0)) for t in range(acc.shape[0]) if acc[t].any()}
@@ -240,6 +267,15 @@ def _block(acc: np.ndarray, cost: CostParams) -> dict[str, Any]:
         "loads": int(total[:, 0].sum()),
         "served_wrong_objects": int(total[O_WRONG, 0]),
         "served_wrong_bytes": int(total[O_WRONG, 1]),
+        # loads through an index entry a fault-free index does not hold (restored stale), and those of them
+        # served correct anyway (the units still held the same content: lucky); both among `loads`
+        "stale_entry_loads": int(stale[S_STALE, 0]),
+        "stale_entry_bytes": int(stale[S_STALE, 1]),
+        "lucky_loads": int(stale[S_LUCKY, 0]),
+        "lucky_bytes": int(stale[S_LUCKY, 1]),
+        # ... and those whose entry's extent held another content's write whole: its checksum is right
+        "stale_foreign_loads": int(stale[S_FOREIGN, 0]),
+        "stale_foreign_bytes": int(stale[S_FOREIGN, 1]),
         "recompute_tokens": recompute_tokens,
         "recompute_ns": rns,  # prefill time of the recomputed tokens (cost model)
         "ttft_added_ns_mean": rns // recomputed if recomputed else 0,  # per load that had to recompute

@@ -1,8 +1,9 @@
 """The payload model and the state every fault acts on, advanced event by event in one numba kernel.
 
-Payload: an object's content is a function of (obj_id, scope version) - the version of its scope when its
-KV was computed (create, recover, transform). A load is *correct* when what it reads is the object's own,
-complete content at the scope's current version; so "correct" can be checked anywhere without bytes.
+Payload: an object's content is a function of (its content, scope version) - the content being its
+``content_key``, scope and kind (its object id when the trace has no keys), the version that of its scope
+when its KV was computed (create, recover, transform). A load is *correct* when what it reads is that
+content, complete, at the scope's current version; so "correct" can be checked anywhere without bytes.
 
 State (object ids index dense arrays):
 
@@ -11,7 +12,14 @@ State (object ids index dense arrays):
 - the replayed tier (on the device): a content map with one entry per mapping unit - the *write sequence*
   whose data it holds (0: zeros: trimmed or never written) and the one before (so a write that never reached
   the media can be undone); per write sequence its object, version, units and its write ops in the op log;
-  the host-side index (object -> write sequence the entry points at), which faults may lose or roll back.
+  the host-side index (key -> write sequence the entry points at), which faults may lose or roll back.
+
+The index is keyed by content, as a store that looks chunks up by their prefix-chain hash is: objects with one
+``content_key``, scope and kind share a *key slot* (:func:`assign_slots`), so a chunk
+recomputed under a new object id finds the entry of its earlier copy. After a stale restore that entry may
+point at an extent trimmed or rewritten since: the load reads whatever is there (served wrong, detected by
+the contract, or *lucky*: the units happen to hold the same content). A trace without keys (format v1, or
+key 0) keys the index by object id (each object its own slot), where such an entry is never looked up again.
 
 The arrays are the NamedTuples of :mod:`kvreplay.faults.state` (each field's dtype, shape and meaning there).
 
@@ -29,6 +37,7 @@ from devicemodels.base import OP_TRIM, OP_WRITE
 from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.faults.contract import CHECK_CHECKSUM, CHECK_LEASE, CHECK_VERSION
+from kvreplay.keycheck import EMPTY, _slot
 from kvreplay.layout.actions import A_NONE, A_READ, A_WRITE
 
 OUTCOMES = ("reused", "detected", "missing", "wrong")
@@ -38,6 +47,10 @@ MEASURES = ("objects", "bytes", "tokens")
 (K_WRITES, K_EXTRA_PAGES_W, K_READS, K_EXTRA_PAGES_R, K_VERIFIED, K_VERIFIED_BYTES, K_DETECTED_VALID,
  K_PHANTOM, K_MEDIA_ERRORS) = range(9)
 K_N = 9
+# stale[fault slot, S_*, objects/bytes]: loads through a stale index entry, those served correct anyway, and
+# those whose entry's units held another content whole
+S_STALE, S_LUCKY, S_FOREIGN = 0, 1, 2
+S_N = 3
 
 
 @njit(inline="always")
@@ -64,18 +77,22 @@ def _trim(lba, npages, lba_seq, lba_prev):
 
 
 @njit(nogil=True)
-def _dev_load(o, exp, checks, corrupt, st):
-    """(outcome, content was correct) of a load of ``o`` from the replayed tier (``st``: FaultArrays)."""
-    ix_seq, restored = st.dev.ix_seq, st.dev.restored
+def _dev_load(c, exp, checks, corrupt, st):
+    """(outcome, content was correct, units held another content whole) of a load of key slot ``c`` from the
+    replayed tier (``st``: FaultArrays): the index entry of ``c`` names a write sequence; what its units hold now
+    is what the load reads. Correct when they hold, whole and intact, a write of the same content (key slot) at
+    the scope's version ``exp``; *foreign* when they hold, whole and intact, another content's write (its own
+    checksum is right: only a check naming the content or the write tells)."""
+    ix_seq, restored, slot = st.dev.ix_seq, st.dev.restored, st.dev.slot
     lba_seq = st.media.lba_seq
     w_obj, w_ver, w_pages, w_lo, w_hi, w_bad = (st.writes.obj, st.writes.ver, st.writes.pages, st.writes.lo,
                                                 st.writes.hi, st.writes.bad)
     lg_lba, lg_np = st.log.lba, st.log.npages
-    if restored[o]:
-        return O_REUSED, True
-    s = ix_seq[o]
+    if restored[c]:
+        return O_REUSED, True, False
+    s = ix_seq[c]
     if s == 0:
-        return O_MISSING, False
+        return O_MISSING, False, False
     h = -1
     intact = True
     npg = 0
@@ -93,19 +110,70 @@ def _dev_load(o, exp, checks, corrupt, st):
     if zeros or w_pages[h] != npg:
         intact = False
     bad = corrupt or (not zeros and w_bad[h] != 0)
-    cobj = w_obj[h] if not zeros else np.uint64(0)
+    cslot = slot[w_obj[h]] if not zeros else np.int64(-1)  # the content the units hold (header: key or id)
     cver = w_ver[h] if not zeros else np.int64(-1)
-    correct = intact and not bad and cobj == o and cver == exp
+    correct = intact and not bad and cslot == c and cver == exp
+    foreign = intact and not bad and cslot != c
     det = False
     if (checks & CHECK_CHECKSUM) and (not intact or bad):
         det = True
-    if (checks & CHECK_VERSION) and (zeros or cobj != o or cver != exp):
+    if (checks & CHECK_VERSION) and (zeros or cslot != c or cver != exp):
         det = True
     if (checks & CHECK_LEASE) and h != s:
         det = True
     if det:
-        return O_DETECTED, correct
-    return (O_REUSED if correct else O_WRONG), correct
+        return O_DETECTED, correct, foreign
+    return (O_REUSED if correct else O_WRONG), correct, foreign
+
+
+@njit(inline="always")
+def _count_stale(st, c, out, foreign, fault_slot, nbytes):
+    """A load through an entry a fault-free index does not hold (stale): whether it was served correct (lucky)
+    and whether the entry's units held another content whole (foreign)."""
+    dev = st.dev
+    s = dev.ix_seq[c]
+    if dev.restored[c] == 0 and s != 0 and s != dev.true_seq[c]:
+        sc = st.counts.stale[fault_slot]
+        sc[S_STALE, 0] += 1
+        sc[S_STALE, 1] += nbytes
+        if out == O_REUSED:
+            sc[S_LUCKY, 0] += 1
+            sc[S_LUCKY, 1] += nbytes
+        if foreign:
+            sc[S_FOREIGN, 0] += 1
+            sc[S_FOREIGN, 1] += nbytes
+
+
+@njit(nogil=True)
+def assign_slots(ev, table, slot):
+    """Give each object first seen in the batch ``ev`` (FaultEvents) its key slot: ``slot[o]`` (-1: not seen
+    yet) becomes the id of the first object seen with its (content_key, scope, kind), found in ``table``
+    (keycheck.KeyState's open-addressing table: key, place -> that object; room made by keycheck.ensure), or
+    its own id when its key is 0 (none known: a v1 trace reads 0). Slots are object ids, so with no keys
+    ``slot[o] == o``. Scope and kind are part of the key as they are of trace validate's "one live object per
+    content" (kvreplay.keycheck): a derived copy keeps its source's key but holds other bytes. Returns the
+    number of objects given a slot."""
+    obj, key, scope, kind = ev.obj, ev.key, ev.scope, ev.kind
+    tk, td, th, used = table.tk, table.td, table.th, table.used
+    seen = 0
+    for i in range(obj.shape[0]):
+        o = obj[i]
+        if slot[o] >= 0:
+            continue
+        seen += 1
+        k = key[i]
+        if k == 0:
+            slot[o] = np.int64(o)
+            continue
+        place = np.int64(scope[i]) * 256 + np.int64(kind[i])
+        j = _slot(tk, td, k, place, True)
+        if td[j] == EMPTY:
+            td[j] = place
+            tk[j] = k
+            th[j] = np.int64(o)
+            used[0] += 1
+        slot[o] = th[j]
+    return seen
 
 
 @njit(nogil=True)
@@ -125,7 +193,7 @@ def events_kernel(ev, a, b, cfg, st):
     lg_row, lg_op, lg_lba, lg_np, lg_w, kp = lg.row, lg.op, lg.lba, lg.npages, lg.w, lg.kp
     o_ver, scope_ver = st.ver.o_ver, st.ver.scope_ver
     cp_ver, cp_bad, cp_ts = st.tiers.cp_ver, st.tiers.cp_bad, st.tiers.cp_ts
-    ix_seq, restored, true_res = st.dev.ix_seq, st.dev.restored, st.dev.true_res
+    slot, ix_seq, restored, true_seq = st.dev.slot, st.dev.ix_seq, st.dev.restored, st.dev.true_seq
     lba_seq, lba_prev = st.media.lba_seq, st.media.lba_prev
     wr = st.writes
     w_obj, w_ver, w_pages, w_lo, w_hi, w_bad, wn = wr.obj, wr.ver, wr.pages, wr.lo, wr.hi, wr.bad, wr.wn
@@ -134,6 +202,7 @@ def events_kernel(ev, a, b, cfg, st):
     n_tiers = cp_ver.shape[0]
     for i in range(a, b):
         o = obj[i]
+        c = slot[o]  # the index's key: the object's content, or the object (no keys)
         t = tier[i]
         p = op[i]
         r = row0 + i
@@ -143,21 +212,21 @@ def events_kernel(ev, a, b, cfg, st):
         out = -1
         ct = dev_tier
         good = False
-        # a store whose index claims the device holds o would load it rather than compute it
-        if p == S.OP_CREATE and fault_slot > 0 and ix_seq[o] != 0 and true_res[o] == 0 and restored[o] == 0:
-            out, good = _dev_load(o, exp, checks, False, st)
+        # a store whose index claims the device holds o's content would load it rather than compute it
+        if p == S.OP_CREATE and fault_slot > 0 and ix_seq[c] != 0 and true_seq[c] == 0 and restored[c] == 0:
+            out, good, foreign = _dev_load(c, exp, checks, False, st)
+            _count_stale(st, c, out, foreign, fault_slot, nbytes[i])
             cost[K_PHANTOM] += 1
             if out == O_DETECTED or out == O_MISSING:
-                ix_seq[o] = 0  # found bad: the entry is dropped and the object computed as the trace does
+                ix_seq[c] = 0  # found bad: the entry is dropped and the object computed as the trace does
             elif out == O_WRONG:
-                restored[o] = 0
+                restored[c] = 0
         if p == S.OP_CREATE or p == S.OP_RECOVER or p == S.OP_TRANSFORM:
             o_ver[o] = exp
         act = lut[p, t]
         if act != A_NONE:  # the replayed tier (or a delete that ends its copy too)
             if act == A_WRITE:
-                true_res[o] = 1
-                restored[o] = 0
+                restored[c] = 0
                 w = wn[0]
                 wn[0] += 1
                 w_obj[w] = o
@@ -183,7 +252,8 @@ def events_kernel(ev, a, b, cfg, st):
                             lba_seq[q] = w
                     k += 1
                 kp[0] = k
-                ix_seq[o] = w
+                ix_seq[c] = w
+                true_seq[c] = w
                 cost[K_WRITES] += 1
                 cost[K_EXTRA_PAGES_W] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
             elif act == A_READ:
@@ -192,9 +262,10 @@ def events_kernel(ev, a, b, cfg, st):
                     bits = 8.0 * nbytes[i]
                     pr = -np.expm1(bits * np.log1p(-media_rate)) if media_rate < 1.0 else 1.0
                     corrupt = _uniform(seed, r) < pr
-                    if corrupt and ix_seq[o] != 0:
+                    if corrupt and ix_seq[c] != 0:
                         cost[K_MEDIA_ERRORS] += 1
-                out, good = _dev_load(o, exp, checks, corrupt, st)
+                out, good, foreign = _dev_load(c, exp, checks, corrupt, st)
+                _count_stale(st, c, out, foreign, fault_slot, nbytes[i])
                 cost[K_READS] += 1
                 cost[K_EXTRA_PAGES_R] += _pages(nbytes[i] + header_bytes, page_bytes) - _pages(nbytes[i], page_bytes)
                 if checks != 0 and out != O_MISSING:
@@ -203,7 +274,7 @@ def events_kernel(ev, a, b, cfg, st):
                 if out == O_DETECTED and good:
                     cost[K_DETECTED_VALID] += 1
                 if out == O_DETECTED or out == O_MISSING:
-                    restored[o] = 1
+                    restored[c] = 1
             else:  # free or drop: the copy ends, its units are trimmed
                 k = kp[0]
                 while k < n_log and lg_row[k] == r:
@@ -211,9 +282,9 @@ def events_kernel(ev, a, b, cfg, st):
                         _trim(lg_lba[k], lg_np[k], lba_seq, lba_prev)
                     k += 1
                 kp[0] = k
-                ix_seq[o] = 0
-                true_res[o] = 0
-                restored[o] = 0
+                ix_seq[c] = 0
+                true_seq[c] = 0
+                restored[c] = 0
         if t != dev_tier:
             if p == S.OP_PERSIST or p == S.OP_RECOVER or p == S.OP_CREATE or p == S.OP_TRANSFORM:
                 cp_ver[t, o] = o_ver[o]

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kvreplay import schema as S
-from kvreplay.faults.model import K_N, OUTCOMES, lose_inflight, media_units, torn_and_lost
+from kvreplay.faults.model import K_N, OUTCOMES, S_N, lose_inflight, media_units, torn_and_lost
 
 #: tiers whose copies live in volatile memory (a power loss takes them)
 VOLATILE_TIERS = ("gpu", "cpu", "cxl")
@@ -36,6 +36,7 @@ class FaultEvents(NamedTuple):
     ntokens: np.ndarray  # int32[n] tokens of the object
     scope: np.ndarray  # int32[n]  scope code (the reader's string table)
     kind: np.ndarray  # int8[n]    kind code (schema.KINDS)
+    key: np.ndarray  # uint64[n]   content_key (0: none known; every row of a v1 trace)
 
 
 class FaultConfig(NamedTuple):
@@ -85,11 +86,15 @@ class TraceTiers(NamedTuple):
 
 
 class DeviceIndex(NamedTuple):
-    """The host-side index of the replayed tier (what faults lose or roll back), per object."""
+    """The host-side index of the replayed tier (what faults lose or roll back), per *key slot*: the index is
+    keyed by content (``slot``: objects of one content_key, scope and kind share a slot, as a store keyed by
+    prefix-chain hash looks them up), or by object id when the trace has no keys (``slot[o] == o``)."""
 
-    ix_seq: np.ndarray  # int64[O]    write sequence the entry points at (0: no entry)
-    restored: np.ndarray  # int8[O]   1: recomputed after a detected/missing load (next loads reuse it)
-    true_res: np.ndarray  # int8[O]   1: the trace has a copy of it on the tier (what a fault-free index holds)
+    slot: np.ndarray  # int64[O]      the key slot of each object: an object id (model.assign_slots; -1: not seen)
+    ix_seq: np.ndarray  # int64[O]    per slot: write sequence the entry points at (0: no entry)
+    restored: np.ndarray  # int8[O]   per slot: 1: recomputed after a detected/missing load (next loads reuse it)
+    true_seq: np.ndarray  # int64[O]  per slot: the entry a fault-free index holds (0: the trace has no copy on
+    #                                 the tier); ix_seq != true_seq: a stale entry
 
 
 class Writes(NamedTuple):
@@ -118,6 +123,9 @@ class FaultCounts(NamedTuple):
     #                  outcome: objects, bytes, tokens (model.MEASURES)
     tw: np.ndarray  # int64[max(1, Nw), len(OUTCOMES)] loads per time-series window and outcome
     cost: np.ndarray  # int64[K_N]  contract costs and other counters (model.K_*)
+    stale: np.ndarray  # int64[F+1, S_N, 2] loads per fault slot through an index entry a fault-free index does
+    #                   not hold (model.S_STALE), those of them served correct anyway (S_LUCKY) and those whose
+    #                   entry's units held another content whole (S_FOREIGN): objects, bytes
 
 
 class FaultArrays(NamedTuple):
@@ -166,8 +174,8 @@ class FaultState:
         self.ver = Versions(o_ver=np.zeros(n_obj, np.int64), scope_ver=np.zeros(max(1, n_scopes), np.int64))
         self.tiers = TraceTiers(cp_ver=np.full((nt, n_obj), -1, np.int64), cp_bad=np.zeros((nt, n_obj), np.int8),
                                 cp_ts=np.zeros((nt, n_obj), np.int64))
-        self.dev = DeviceIndex(ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
-                               true_res=np.zeros(n_obj, np.int8))
+        self.dev = DeviceIndex(slot=np.full(n_obj, -1, np.int64), ix_seq=np.zeros(n_obj, np.int64), restored=np.zeros(n_obj, np.int8),
+                               true_seq=np.zeros(n_obj, np.int64))
         self.media = Media(lba_seq=np.zeros(max(1, logical_pages), np.int64),
                            lba_prev=np.zeros(max(1, logical_pages), np.int64))
         nw = n_writes + 2  # sequence 0 = zeros
@@ -176,7 +184,8 @@ class FaultState:
                              wn=np.ones(1, np.int64))
         self.counts = FaultCounts(acc=np.zeros((n_faults + 1, nt, len(S.KINDS), len(OUTCOMES), 3), np.int64),
                                   tw=np.zeros((max(1, n_windows), len(OUTCOMES)), np.int64),
-                                  cost=np.zeros(K_N, np.int64))
+                                  cost=np.zeros(K_N, np.int64),
+                                  stale=np.zeros((n_faults + 1, S_N, 2), np.int64))
         self.arrays = FaultArrays(log=self.log, ver=self.ver, tiers=self.tiers, dev=self.dev, writes=self.writes,
                                   media=self.media, counts=self.counts)
         self.media_rate = 0.0  # media errors from a media_error fault (FaultConfig.media_rate, .media_from)
@@ -225,7 +234,8 @@ class FaultState:
 
     def restore_index(self, key: int) -> dict[str, Any]:
         """The index as it was at the fault's checkpoint: entries made since are missing, entries dropped
-        since are back (pointing at units trimmed or rewritten since)."""
+        since are back (pointing at units trimmed or rewritten since). Keyed by content, an entry that is back
+        is found by the next request for its content, whatever object id the trace gives it."""
         old = self.snapshots.pop(key)
         now = self.dev.ix_seq
         stale = int(np.count_nonzero((old != 0) & (old != now)))
@@ -237,11 +247,11 @@ class FaultState:
     def corrupt_objects(self, ids: list[int]) -> dict[str, Any]:
         """The current copies of ``ids`` on the replayed tier get an uncorrectable unit (until rewritten)."""
         hit = 0
-        ix_seq = self.dev.ix_seq
+        ix_seq, slot = self.dev.ix_seq, self.dev.slot
         for o in ids:
-            if 0 <= o < len(ix_seq) and ix_seq[o]:
-                self.writes.bad[ix_seq[o]] = 1
-                self.dev.restored[o] = 0
+            if 0 <= o < len(ix_seq) and slot[o] >= 0 and ix_seq[slot[o]]:
+                self.writes.bad[ix_seq[slot[o]]] = 1
+                self.dev.restored[slot[o]] = 0
                 hit += 1
         return {"objects_corrupted": hit}
 

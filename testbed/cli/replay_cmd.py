@@ -256,6 +256,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         _print_summary(_console(), job, parts, run_dir)
     res = parts["result"]
     _warn_saturated(res)
+    _note_index_key(res)
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
     if res.get("interrupted"):
@@ -332,6 +333,13 @@ def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:
         return f"during the replay{at}: what was replayed is written without plots, marked incomplete, in {run_dir}"
     what = "with its plots partly drawn" if phase == "plotting" else "without plots"
     return f"while {phase}: the run is written whole {what}, marked incomplete, in {run_dir}"
+
+
+def _note_index_key(res: dict[str, Any]) -> None:
+    """One stderr line when faults ran with the host index keyed by object id (no content keys in the trace)."""
+    f = res.get("faults")
+    if f and f.get("injected") and f.get("index_key") == "object":
+        click.echo(f"kvbed: note: {f['index_key_note']}", err=True)
 
 
 def _warn_saturated(res: dict[str, Any]) -> None:

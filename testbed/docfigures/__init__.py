@@ -12,6 +12,7 @@ from testbed.docfigures import (  # noqa: F401  (registration)
     mooncake_content,
     mooncake_tiers,
     sharing,
+    stale_index,
 )
 from testbed.docfigures.base import FIGURE_SETS, FigureSet
 

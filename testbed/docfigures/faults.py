@@ -38,6 +38,7 @@ class Faults(BenchFigureSet):
             if f:
                 ct = f["contract"]
                 row.update(after=_after(f), phantom_loads=f["phantom_loads"],
+                           media_errors_sampled=f["media_errors_sampled"], index_key=f["index_key"],
                            contract={k: ct[k] for k in ("header_bytes_per_object", "header_bytes_written",
                                                          "extra_bytes_written", "extra_bytes_read", "objects_written",
                                                          "index_entry_bytes", "index_metadata_bytes_peak")},
@@ -90,9 +91,14 @@ class Faults(BenchFigureSet):
             f"{fmt.ns(pl['recompute_ns'])} of prefill)"
             + ("; none of the torn objects is loaded again and no stale entry is looked up (no phantom loads)."
                if pl["outcomes"]["wrong"] == 0 and none["phantom_loads"] == 0 else
-               f"; {pl['outcomes']['wrong']:,} loads are served wrong and {none['phantom_loads']:,} phantom loads.")
-            + f" The {me['outcomes']['wrong']:,} silent media errors before the model update are served under "
-            f"{under(1, 'wrong')} and caught by {under(1, 'detected')} ({me_c['outcomes']['detected']:,} detected); "
+               f"; under `none` {pl['outcomes']['wrong']:,} loads are then served wrong, through stale entries of "
+               f"the index keyed by content ({none['phantom_loads']:,} creates of a chunk whose content it still lists "
+               f"became phantom loads: see [a stale index](#a-stale-index)), "
+               f"{full['injected'][0]['outcomes']['wrong']:,} under `full`.")
+            + f" After the media-error fault, until the model update, {me['outcomes']['wrong']:,} loads are served "
+            f"wrong under `none`: silent media errors ({none['media_errors_sampled']:,} drawn over the rest of the "
+            f"run) and copies served wrong before, loaded again; fewer under {under(1, 'detected')} "
+            f"({me_c['outcomes']['detected']:,} detected by `checksum`); "
             f"the missed model update serves {vd['outcomes']['wrong']:,} loads of old KV under `none` (a copy served "
             f"wrong stays wrong and is loaded again), caught by {under(2, 'detected')} "
             f"({vd_f['outcomes']['detected']:,} detected under `full`, each "

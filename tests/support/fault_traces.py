@@ -19,9 +19,12 @@ TOKENS = 100
 MS = 1_000_000
 
 
-def write(path: Path, rows: list[tuple], *, nbytes: dict[int, int] | None = None) -> Path:
-    """rows: (ms, op name, obj id, tier name[, kind name[, scope]]), in time order."""
+def write(path: Path, rows: list[tuple], *, nbytes: dict[int, int] | None = None,
+          keys: dict[int, int] | None = None) -> Path:
+    """rows: (ms, op name, obj id, tier name[, kind name[, scope]]), in time order; ``keys``: obj id -> its
+    content_key (0, none known, for ids not given)."""
     nbytes = nbytes or {}
+    keys = keys or {}
     scopes = ["m1", "m2"]
     ts = np.array([int(r[0] * MS) for r in rows], np.int64)
     batch = S.make_batch(
@@ -33,6 +36,7 @@ def write(path: Path, rows: list[tuple], *, nbytes: dict[int, int] | None = None
         scope=np.array([scopes.index(r[5]) if len(r) > 5 else 0 for r in rows], np.int32),
         nbytes=np.array([nbytes.get(r[2], OBJ_BYTES) for r in rows], np.int64),
         ntokens=np.full(len(rows), TOKENS, np.int32),
+        content_key=np.array([keys.get(r[2], 0) for r in rows], np.uint64),
     )
     meta = S.TraceMeta(source={"importer": "test"}, geometry={"bytes_per_token": 10000, "tokens_per_object": TOKENS},
                        generator={"ssd_policy": "lru"})

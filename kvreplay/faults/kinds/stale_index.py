@@ -1,6 +1,8 @@
 """``stale-index``: the replayed tier's host-side index is replaced by its state ``age_ns`` earlier (a lagging
 replica or a restored checkpoint): entries made since are missing; entries dropped since are back and point
-at extents that were trimmed or rewritten by other objects."""
+at extents that were trimmed or rewritten by other objects. The index is keyed by content (trace format v2),
+so the next request for such an entry's content - a chunk recomputed under a new object id - loads that
+extent; with a v1 trace it is keyed by object id and such an entry is never looked up again."""
 
 from __future__ import annotations
 
