@@ -31,6 +31,21 @@ table by `scripts/studies_docs.py` (do not edit by hand). A policy's change coun
 95% intervals. How a study is specified and run: [Studies](guides/studies.md); their plots: [Gallery](gallery.md).
 """
 
+#: after the studies: what the trace itself says about eviction (figures from a saved figure set, rendered here)
+FINDINGS_HEADROOM = """## Headroom of the tiers' eviction policies
+
+How far each tier's eviction policy is from the best possible on the same accesses (Belady's MIN on the tier's
+content keys, `kvbed trace stats`): where the gap is large, better eviction is worth pursuing; where Belady
+reaches the unbounded ratio, capacity is not what limits the tier. On the Mooncake conversation trace with the
+default tiers (the saved `mooncake-content` figures, `python scripts/doc_figures.py run mooncake-content`):
+
+<!-- figures:mooncake-content/table -->
+<!-- /figures -->
+
+<!-- figures:mooncake-content/text -->
+<!-- /figures -->
+"""
+
 GALLERY_INTRO = """# Gallery
 
 The plots of the example studies (`studies/*.toml`), as `make studies` last drew them (copied from each
@@ -106,7 +121,10 @@ def replace_between(text: str, begin: str, end: str, body: str) -> str:
 
 def main() -> None:
     dirs = [Path(d) for d in sys.argv[1:]]
-    findings_md = FINDINGS_INTRO + "\n" + "\n".join(section(d) for d in dirs)
+    from testbed.docfigures.base import render_text
+
+    findings_md = render_text(FINDINGS_INTRO + "\n" + "\n".join(section(d) for d in dirs) + "\n" + FINDINGS_HEADROOM,
+                              "docs/findings.md")
     (ROOT / "docs" / "findings.md").write_text(findings_md)
     (ROOT / "docs" / "gallery.md").write_text(gallery(dirs))
     readme = ROOT / "README.md"
