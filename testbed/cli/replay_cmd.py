@@ -128,7 +128,8 @@ class _ReplayCommand(click.Command):
               help="device model (`kvbed device list` says what each is) [default: fdp]")
 @click.option("--hints", default=None, metavar="POLICY", cls=LazyHelpOption,
               lazy_help={"names": names("kvreplay.hints:HINTS")},
-              help="placement-hint policy: {names} [default: none]; "
+              help="placement-hint policy: {names} [default: none], or one of your own: module:Class, "
+                   "path/file.py:Class (docs/development/extending.md); "
                    "with --tiers also TIER=POLICY,... (tiers not named keep none)")
 @click.option("--tiers", default=None, metavar="T1,T2,...", cls=LazyHelpOption,
               lazy_help={"names": names("kvreplay.replay.multitier:TIER_DEVICES")},
