@@ -90,3 +90,21 @@ def test_the_noisy_oracle_is_as_accurate_as_its_error_rate_says(labs):
     r = lab["oracle_waf_cut_captured_ratio"]
     w = lab["waf"]
     assert r == pytest.approx((w["none"] - w["policy"]) / (w["none"] - w["oracle"]))
+
+
+def test_report_table_and_plot_show_the_lab(labs, tmp_path_factory):
+    from testbed.plots import hint_lab_figure
+    from testbed.results import load_run
+
+    out = next(iter(tmp_path_factory.getbasetemp().glob("lab*")))
+    res = ok(kvbed("report", out / "none", out / "oracle", out / "noisy-oracle", "--no-plot"))
+    text = " ".join(res.output.split())
+    assert "hint lab" in text and "(WAF none - WAF hints) / (WAF none - WAF oracle)" in text
+    oracle_row = [line for line in res.output.splitlines() if line.startswith("│ oracle ")][-1]  # the lab table
+    assert "100.0%" in oracle_row and "100%" in oracle_row  # accuracy, and all of its own cut captured
+    fig = hint_lab_figure(load_run(out / "noisy-oracle"))
+    a0, a1 = fig.axes[:2]
+    assert "accuracy" in a0.get_title() and "(0-1)" in fig.axes[2].get_ylabel()
+    assert "captured" in a1.get_title() and "media / user bytes" in a1.get_ylabel()
+    assert [round(p.get_height(), 3) for p in a1.patches] == [round(v, 3) for v in (
+        labs["noisy-oracle"]["hint_policy"]["lab"]["waf"][k] for k in ("none", "policy", "oracle"))]
