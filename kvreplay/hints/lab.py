@@ -94,14 +94,13 @@ def captured(waf_none: float | None, waf_policy: float | None, waf_oracle: float
 def _waf_with(replay: Any, hints: str, hint_params: Any) -> float | None:
     """End-to-end WAF of the same run (same sized device, classes, seed) with other hints."""
     from kvreplay.replay.config import RunConfig
-    from kvreplay.replay.engine import Replay
 
     cfg = RunConfig.from_dict(replay.cfg.to_dict())
     cfg.hints = hints
     cfg.hint_params = hint_params
     cfg.target = None  # the lab's WAFs are the embedded model's (a VM run's WAF is the model's too)
     cfg.replay = dataclasses.replace(cfg.replay, hint_lab=False, classes=replay.n_classes)
-    parts = Replay(cfg, should_stop=replay.should_stop, trace_checked=True).run()
+    parts = type(replay)(cfg, should_stop=replay.should_stop, trace_checked=True).run()  # the engine's class
     if parts["result"]["incomplete"]:
         return None
     return parts["result"]["jobs"][0]["end_to_end_waf"]
