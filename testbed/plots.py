@@ -318,7 +318,51 @@ def draw_run_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) ->
             (run.path / "ruh_bytes.png", lambda p: plot_ruh_bytes(run, p))]
     if "faults" in run.result:
         todo.append((run.path / "faults.png", lambda p: plot_fault_outcomes(run, p)))
+    if (run.job.get("hint_policy") or {}).get("lab"):
+        todo.append((run.path / "hint_lab.png", lambda p: plot_hint_lab(run, p)))
     return _draw(should_stop, todo)
+
+
+def hint_lab_figure(run: Run) -> Figure:
+    """``--hint-lab``: where the policy put each oracle class's writes (row shares), and end-to-end WAF with
+    hints none, the policy's and oracle on the same device, with the share of the oracle's cut captured."""
+    lab = run.job["hint_policy"]["lab"]
+    conf = np.asarray(lab["confusion_writes"], np.float64)
+    rows = conf.sum(axis=1, keepdims=True)
+    share = np.divide(conf, rows, out=np.zeros_like(conf), where=rows > 0)
+    fig, (a0, a1) = _subplots((11, 4.2), 1, 2)
+    im = a0.imshow(share, vmin=0, vmax=1, cmap="Blues", aspect="auto")
+    n = len(conf)
+    a0.set_xticks(range(n))
+    a0.set_yticks(range(n))
+    a0.set_xlabel("class the policy gave (0 = shortest predicted life)")
+    a0.set_ylabel("oracle class (0 = shortest true life)")
+    acc = lab["accuracy"]
+    rho = lab["spearman"]
+    a0.set_title(f"writes per oracle class, by the policy's class\naccuracy {100 * acc:.1f}% of writes, Spearman "
+                 f"{'-' if rho is None else f'{rho:+.2f}'}", fontsize=10)
+    fig.colorbar(im, ax=a0, label="share of the oracle class's writes (0-1)")
+    w = lab["waf"]
+    names = ["none", run.job.get("hints") or "policy", "oracle"]
+    vals = [w["none"], w["policy"], w["oracle"]]
+    a1.bar(range(3), [v if v is not None else 0 for v in vals], color=["0.6", "C0", "C2"])
+    for k, v in enumerate(vals):
+        a1.text(k, v or 0, "-" if v is None else f"{v:.3f}", ha="center", va="bottom", fontsize=9)
+    a1.set_xticks(range(3))
+    a1.set_xticklabels(names, fontsize=8)
+    a1.set_ylabel("end-to-end WAF (media / user bytes)")
+    lo = min(v for v in vals if v is not None)
+    a1.set_ylim(max(0.0, lo - 0.1), max(v for v in vals if v is not None) * 1.05 + 0.01)
+    r = lab["oracle_waf_cut_captured_ratio"]
+    cap = (f"{100 * r:.0f}% of the oracle's cut captured ((none - policy) / (none - oracle))" if r is not None
+           else f"share of the oracle's cut undefined: {lab.get('undefined_because', '')}")
+    a1.set_title(f"end-to-end WAF on the same device\n{cap}", fontsize=9)
+    fig.suptitle(f"hint lab: the policy's classes against the oracle's - {run.label}", fontsize=11, y=1.04)
+    return fig
+
+
+def plot_hint_lab(run: Run, path: Path) -> None:
+    _save(hint_lab_figure(run), path)
 
 
 def comparison_figure(runs: list[Run]) -> Figure:

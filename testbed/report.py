@@ -64,6 +64,8 @@ def compare(runs: list[Run]) -> list[dict[str, Any]]:
             "seed": ((r.config.get("tiers") or {}).get(j.get("tier")) or r.config).get("replay", {}).get("seed"),
             **_ttft(r.result.get("requests")),
             **_hit_ratios((r.result.get("requests") or {}).get("tiers"), j.get("tier")),
+            **({"hint_lab": (j.get("hint_policy") or {}).get("lab")} if (j.get("hint_policy") or {}).get("lab")
+               else {}),
         })
     from testbed.rundiff import differing
 
@@ -174,6 +176,32 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
         t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
     for r in rows:
         t.add_row(*(f(r) for _, f in cols))
+    return t
+
+
+def render_lab(rows: list[dict[str, Any]]) -> Table | None:
+    """The runs made with ``--hint-lab``: their hints against the oracle's (None when no run has a lab)."""
+    from pathlib import Path
+
+    labbed = [r for r in rows if r.get("hint_lab")]
+    if not labbed:
+        return None
+    t = Table(title="hint lab: each run's hints against the oracle's on the same trace and device",
+              header_style="bold")
+    for name in ("run", "hints", "accuracy", "Spearman", "WAF none", "WAF hints", "WAF oracle", "oracle cut captured"):
+        t.add_column(name, justify="left" if name in ("run", "hints") else "right", no_wrap=True)
+    for r in labbed:
+        lab = r["hint_lab"]
+        w = lab["waf"]
+        cap = lab["oracle_waf_cut_captured_ratio"]
+        rho = lab["spearman"]
+        t.add_row(Path(r["run"]).name, str(r["hints"]), f"{100 * lab['accuracy']:.1f}%",
+                  "-" if rho is None else f"{rho:+.3f}", _waf(w["none"]), _waf(w["policy"]), _waf(w["oracle"]),
+                  "-" if cap is None else f"{100 * cap:.0f}%")
+    t.caption = ("accuracy: share of the tier's writes given the oracle's class; Spearman: rank correlation of the "
+                 "class with the true remaining lifetime (- : one class); oracle cut captured: (WAF none - WAF "
+                 "hints) / (WAF none - WAF oracle), end-to-end WAF (- : the oracle cuts nothing)")
+    t.caption_justify = "left"
     return t
 
 

@@ -9,24 +9,93 @@ registry instead of keeping their own lists: the attribute ``summary_attr`` name
 docstring, else the docstring of the module that defines it when that module is the entry's own file (its
 docstring's first paragraph names the entry in double backquotes, as ``"``oracle``: ..."``: the text after
 the name).
+
+A registry may also take entries from outside the package (``plugins=Plugins(group, check)``): a spec
+``module:Attr`` or ``path/to/file.py:Attr`` names an object to import, and the entry points of ``group``
+(``[project.entry-points."group"]`` of an installed distribution) are entries by their names. ``get``
+resolves both, ``names`` lists the entry points beside the registered entries, and ``check`` refuses an
+object that is not a fit entry (one line, as every other refusal). Registered names win over entry points.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
+import re
 import sys
-from typing import Callable, Generic, Iterator, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from kvbed.core.errors import KvbedError
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Plugins:
+    """Where a registry finds entries it does not hold."""
+
+    #: the entry-point group of installed distributions (e.g. ``kvbed.hints``)
+    group: str
+    #: ``check(spec, obj)`` raises KvbedError (one line) when ``obj`` is not a fit entry
+    check: Callable[[str, Any], None] | None = None
+
+
+def is_spec(name: str) -> bool:
+    """``module:Attr`` or ``file.py:Attr`` (a name of a registered entry has no colon)."""
+    return ":" in name
+
+
+def load_spec(spec: str, kind: str = "entry") -> Any:
+    """The object ``module:Attr`` or ``path/file.py:Attr`` names (dotted Attr allowed); KvbedError (one line)
+    naming what failed otherwise."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise KvbedError(f"{kind} {spec!r}: expected module:Class or path/file.py:Class")
+    try:
+        if target.endswith(".py") or "/" in target or "\\" in target:
+            path = Path(target)
+            if not path.is_file():
+                raise KvbedError(f"{kind} {spec!r}: no such file {target!r}")
+            modname = "kvbed_plugin_" + re.sub(r"\W", "_", str(path.resolve()))
+            mod = sys.modules.get(modname)
+            if mod is None:
+                loader = importlib.util.spec_from_file_location(modname, path)
+                if loader is None or loader.loader is None:
+                    raise KvbedError(f"{kind} {spec!r}: {target!r} is not a Python file")
+                mod = importlib.util.module_from_spec(loader)
+                sys.modules[modname] = mod  # dataclasses and pickling look their module up here
+                try:
+                    loader.loader.exec_module(mod)
+                except BaseException:
+                    del sys.modules[modname]
+                    raise
+        else:
+            mod = importlib.import_module(target)
+    except KvbedError:
+        raise
+    except Exception as exc:  # the user's module failed to import: one line naming it and why
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        raise KvbedError(f"{kind} {spec!r}: cannot import {target!r}: {type(exc).__name__}: {msg}") from None
+    obj: Any = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise KvbedError(f"{kind} {spec!r}: {target!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str, summary_attr: str | None = None):
+    def __init__(self, kind: str, summary_attr: str | None = None, plugins: Plugins | None = None):
         self.kind = kind
         #: the attribute of an entry holding its one-line summary (None: its docstring)
         self.summary_attr = summary_attr
+        self.plugins = plugins
         self._items: dict[str, T] = {}
+        self._loaded: dict[str, T] = {}  # plugin entries by spec or entry-point name, once loaded
+        self._eps: dict[str, importlib.metadata.EntryPoint] | None = None
 
     def register(self, name: str) -> Callable[[T], T]:
         if name != name.lower() or not name:
@@ -48,17 +117,61 @@ class Registry(Generic[T]):
         try:
             return self._items[name.lower()]
         except KeyError:
-            raise KvbedError(
-                f"unknown {self.kind} {name!r} (choose from: {', '.join(sorted(self._items))})"
-            ) from None
+            pass
+        if self.plugins is not None:
+            if name in self._loaded:
+                return self._loaded[name]
+            if is_spec(name):
+                return self._adopt(name, load_spec(name, self.kind))
+            ep = self.entry_points().get(name.lower())
+            if ep is not None:
+                try:
+                    obj = ep.load()
+                except Exception as exc:
+                    msg = " ".join(str(exc).split()) or type(exc).__name__
+                    raise KvbedError(f"{self.kind} {name!r} (entry point {ep.value!r} of group "
+                                     f"{self.plugins.group!r}): cannot load: {type(exc).__name__}: {msg}") from None
+                return self._adopt(name.lower(), obj)
+        more = " or module:Class, path/file.py:Class" if self.plugins is not None else ""
+        raise KvbedError(f"unknown {self.kind} {name!r} (choose from: {', '.join(self.names())}{more})") from None
+
+    def _adopt(self, name: str, obj: Any) -> T:
+        """A plugin object, checked, named by how it was asked for, kept for the next lookup."""
+        assert self.plugins is not None
+        if self.plugins.check is not None:
+            self.plugins.check(name, obj)
+        if isinstance(obj, type):
+            obj.name = name
+        self._loaded[name] = obj
+        return obj
+
+    def entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
+        """The entry points of the plugin group by lowercase name (read once; registered names win)."""
+        if self.plugins is None:
+            return {}
+        if self._eps is None:
+            eps = importlib.metadata.entry_points(group=self.plugins.group)
+            self._eps = {ep.name.lower(): ep for ep in eps if ep.name.lower() not in self._items}
+        return self._eps
+
+    def forget_plugins(self) -> None:
+        """Read the entry points again on the next lookup (after installing a distribution; tests)."""
+        self._eps = None
+        self._loaded.clear()
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return sorted({*self._items, *self.entry_points()})
 
     def summary(self, name: str) -> str:
         """One line saying what entry ``name`` is ("" when it documents nothing)."""
-        name = name.lower()
-        obj = self.get(name)
+        if not is_spec(name):
+            name = name.lower()
+        try:
+            obj = self.get(name)
+        except KvbedError:
+            if name in self._items or name not in self.entry_points():
+                raise
+            return ""  # an entry point that does not load: get() says why when it is used
         if self.summary_attr is not None:
             return _one_line(str(getattr(obj, self.summary_attr, "") or ""))
         if not (isinstance(obj, type) or callable(obj) and hasattr(obj, "__code__")):
@@ -79,7 +192,16 @@ class Registry(Generic[T]):
         return {n: self.summary(n) for n in self.names()}
 
     def __contains__(self, name: str) -> bool:
-        return name.lower() in self._items
+        """A registered name, or (with plugins) an entry point or a spec that loads and passes the check."""
+        if name.lower() in self._items:
+            return True
+        if self.plugins is None:
+            return False
+        try:
+            self.get(name)
+        except KvbedError:
+            return False
+        return True
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -62,7 +62,8 @@ class HintPolicy(abc.ABC):
         if n_classes < 1:
             raise ValueError("n_classes must be >= 1")
         self.n_classes = int(n_classes)
-        self.params = check_fields(params if params is not None else self.Params(), label=f"hints {self.name}")
+        label = f"hints {getattr(self, 'name', type(self).__name__)}"  # an unregistered class has no name
+        self.params = check_fields(params if params is not None else self.Params(), label=label)
         self.seed = int(seed)
         self.tier = int(tier)
         self.writes_seen = 0

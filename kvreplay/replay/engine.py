@@ -349,6 +349,13 @@ class Replay:
         self.dev_stats = self.target.stats()
         job = out.job_entry(self, rows_done)
         result = out.build_result(self, job, rows_done, incomplete)
+        lab_s = 0.0
+        if rp.hint_lab and not incomplete:
+            from kvreplay.hints.lab import run_lab
+
+            t_lab = time.perf_counter()
+            job["hint_policy"]["lab"] = run_lab(self, job)
+            lab_s = time.perf_counter() - t_lab
         fault_s = 0.0
         if self.fault_run is not None:
             t_f = time.perf_counter()
@@ -365,9 +372,11 @@ class Replay:
             "replay_s": replay_s,
             "rows_per_s": rows_done / wall if wall > 0 else None,
             "jit_s": jit_s,  # numba compiling kernels or loading them from its cache, within wall_s
-            "events_per_s": rows_done / (wall - jit_s) if wall > jit_s else None,  # the run without jit_s
+            # the run without jit_s (nor the hint lab's replays)
+            "events_per_s": rows_done / (wall - jit_s - lab_s) if wall > jit_s + lab_s else None,
             "replay_stage_s": {k: round(v, 4) for k, v in self.stage_s.items()},
             **({"fault_analysis_s": fault_s} if self.fault_run is not None else {}),
+            **({"hint_lab_s": lab_s} if rp.hint_lab else {}),
             "incomplete": bool(incomplete),
             "layout_memory_bytes": self.layout.state.nbytes(),
             "policy_memory_bytes": self.policy.memory_bytes(),

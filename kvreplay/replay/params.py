@@ -43,6 +43,11 @@ class ReplayParams:
         0.01, "flag the run 'saturated' when the device was backlogged (saturation_wait_ns) for at least this "
               "share of the replay span (first arrival to last completion); open loop only", quiet_default=True)
 
+    hint_lab: bool = param(False, "after the replay, measure the hints against the oracle's on the same trace "
+                                  "(classes, lifetime ranks, and the share of the oracle's WAF cut: two more "
+                                  "replays, with hints none and oracle); result.json jobs[].hint_policy.lab",
+                           cli=True, quiet_default=True)
+
     def validate(self) -> "ReplayParams":
         check_fields(self)
         if self.classes < 0 or self.classes > 32767:

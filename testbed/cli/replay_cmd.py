@@ -128,7 +128,8 @@ class _ReplayCommand(click.Command):
               help="device model (`kvbed device list` says what each is) [default: fdp]")
 @click.option("--hints", default=None, metavar="POLICY", cls=LazyHelpOption,
               lazy_help={"names": names("kvreplay.hints:HINTS")},
-              help="placement-hint policy: {names} [default: none]; "
+              help="placement-hint policy: {names} [default: none], or one of your own: module:Class, "
+                   "path/file.py:Class (docs/development/extending.md); "
                    "with --tiers also TIER=POLICY,... (tiers not named keep none)")
 @click.option("--tiers", default=None, metavar="T1,T2,...", cls=LazyHelpOption,
               lazy_help={"names": names("kvreplay.replay.multitier:TIER_DEVICES")},
@@ -510,6 +511,14 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
             t.add_row(f"after {i['spec']}", f"reused {o['reused']:,}, detected {o['detected']:,}, missing "
                                             f"{o['missing']:,}, [red]wrong {o['wrong']:,}[/red]; recompute "
                                             f"{i['recompute_tokens']:,} tokens")
+    lab = (job.get("hint_policy") or {}).get("lab")
+    if lab:
+        rho, cap = lab["spearman"], lab["oracle_waf_cut_captured_ratio"]
+        t.add_row("hint lab (vs oracle)",
+                  f"accuracy {100 * lab['accuracy']:.1f}% of writes, Spearman {'-' if rho is None else f'{rho:+.3f}'}; "
+                  f"WAF none / this / oracle {lab['waf']['none']:.3f} / {lab['waf']['policy']:.3f} / "
+                  f"{lab['waf']['oracle']:.3f}: " + (f"{100 * cap:.0f}% of the oracle's cut captured" if cap is not None
+                                                     else "the oracle cuts nothing here"))
     t.add_row("run directory", str(run_dir))
     con.print(t)
 
@@ -529,7 +538,7 @@ def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool,
     The report directory is never shared silently: one that holds another report's files (report.json names
     other runs) is refused unless --force; the same report made again replaces its own files."""
     from testbed import reportdir
-    from testbed.report import compare, render_differences, render_table
+    from testbed.report import compare, render_differences, render_lab, render_table
     from testbed.results import load_run
 
     loaded = [load_run(r) for r in runs]
@@ -547,6 +556,9 @@ def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool,
                 con.width = max(con.width, con.measure(differ, options=con.options.update(max_width=1 << 16)).maximum)
             con.print(differ)
         con.print(render_table(rows))
+        lab = render_lab(rows)
+        if lab is not None:
+            con.print(lab)
     if no_plot:
         return
 

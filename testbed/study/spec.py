@@ -351,8 +351,10 @@ def _point(spec: _Spec, index: int, base: dict[str, dict[str, Any]], setting: di
             raise err(f"replay.{k}", f"expected a name, got {v!r}")
     if device not in DEVICES:
         raise err("replay.device", f"unknown device {device!r} (choose from: {', '.join(DEVICES.names())})")
-    if hints not in HINTS:
-        raise err("replay.hints", f"unknown hint policy {hints!r} (choose from: {', '.join(HINTS.names())})")
+    try:
+        HINTS.get(hints)  # a registered name, an entry point, or module:Class / path/file.py:Class
+    except KvbedError as exc:
+        raise err("replay.hints", str(exc)) from None
     known = field_types(ReplayParams)
     for k, v in replay.items():
         if k not in known:

@@ -51,6 +51,10 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
     fs = job.get("faults") or {}
     for k in ("loads_wrong", "loads_detected", "loads_missing", "recompute_tokens", "contract_extra_bytes_written"):
         out[k] = fs.get(k)
+    lab = (job.get("hint_policy") or {}).get("lab") or {}
+    out["hint_accuracy"] = lab.get("accuracy")
+    out["hint_spearman"] = lab.get("spearman")
+    out["oracle_waf_cut_captured_ratio"] = lab.get("oracle_waf_cut_captured_ratio")
     for short, entry in _ENTRY.items():
         pct = ((job.get(entry) or {}).get("lat_ns") or {}).get("percentile") or {}
         n = ((job.get(entry) or {}).get("lat_ns") or {}).get("N", 0)

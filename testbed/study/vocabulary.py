@@ -39,6 +39,12 @@ METRICS: dict[str, str] = {
     "loads_missing": "loads after the faults whose copy was gone (recomputed)",
     "recompute_tokens": "tokens recomputed after the faults",
     "contract_extra_bytes_written": "device bytes the contract's headers added",
+    "hint_accuracy": "share of the tier's writes the hints put in the oracle's class (replay.hint_lab = true)",
+    "hint_spearman": "Spearman rank correlation of the hint class and the true remaining lifetime (replay.hint_lab "
+                     "= true; empty when the policy gives one class)",
+    "oracle_waf_cut_captured_ratio": "(WAF_none - WAF_hints) / (WAF_none - WAF_oracle), end-to-end WAF on the same "
+                                     "device: the share of the oracle's cut captured (replay.hint_lab = true; empty "
+                                     "when the oracle cuts less than 0.001)",
 }
 DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
                    "write_p99_ns")

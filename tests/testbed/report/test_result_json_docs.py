@@ -1,7 +1,7 @@
 """docs/reference/result-json.md lists every key of result.json, and nothing that is not there.
 
-Three small real runs (a single-tier FDP replay, a ``--tiers`` replay, a replay with a power loss and the
-``full`` contract) give the keys. A key is its path of object keys joined by dots; a list of objects adds
+Four small real runs (a single-tier FDP replay, a ``--tiers`` replay, a replay with a power loss and the
+``full`` contract, a ``--hint-lab`` replay) give the keys. A key is its path of object keys joined by dots; a list of objects adds
 ``[]`` (``jobs[].waf``: the same key in every job), a list of scalars or an empty object is a leaf. A
 documented key ending in ``.*`` or ``[]`` covers its whole subtree: that is how the page handles what repeats
 or is data rather than structure (tier names under ``devices``, fio's percentile map under ``lat_ns``,
@@ -56,6 +56,7 @@ def results(synth_trace, tmp_path_factory) -> list[dict]:
         "single": ["--device", "fdp"],
         "tiers": ["--tiers", "cpu,ssd"],
         "faults": ["--device", "fdp", "--fault", "power-loss@20s", "--contract", "full"],
+        "lab": ["--device", "fdp", "--hints", "predicted", "--hint-lab"],  # hint_policy.lab (undefined ratio)
     }
     got = []
     for name, args in runs.items():

@@ -1,0 +1,141 @@
+"""Test helpers for hint policies, built-in or plugins: :func:`check_online` and :func:`classes_of`.
+
+``check_online(MyPolicy)`` (or ``check_online(MyPolicy, trace="my.parquet")``) checks what the online contract
+of :mod:`kvreplay.hints.base` asks and a static check cannot:
+
+- *causal*: the class of every write is the same whether or not the rest of the trace exists (the policy
+  is run on the whole trace and on its first ``cut`` share of events, and the classes of the prefix
+  compared) - a policy that peeks at later events, or prepares from the future, fails;
+- *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes);
+- *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, ``assign`` gives one class per
+  write in ``[0, n_classes)`` (int16), ``describe()`` is JSON, and it is deterministic for a seed.
+
+It raises :class:`OnlineCheckFailed` (an AssertionError, so pytest shows it as a failed test) naming the
+first failed property, and returns what it checked (:class:`OnlineReport`). The oracle fails it, by design
+(tests/kvreplay/hints/test_plugins.py shows the check bites).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from kvreplay import schema as S
+from kvreplay.hints.base import Future, HintPolicy
+from kvreplay.layout.actions import A_WRITE, action_table, select
+from kvreplay.replay.scan import SCAN_COLUMNS, scan_trace
+
+
+class OnlineCheckFailed(AssertionError):
+    """A hint policy broke the online contract; the message says which property and where."""
+
+
+@dataclass(frozen=True)
+class OnlineReport:
+    """What :func:`check_online` checked."""
+
+    policy: str
+    trace: str
+    writes: int  # tier writes classified on the whole trace
+    prefix_writes: int  # of them, in the prefix the causality check compares
+    classes_used: int  # distinct classes given (1: the causality check shows little)
+    n_classes: int
+
+
+def _batches(batch: S.EventBatch, rows: int) -> Iterable[S.EventBatch]:
+    for lo in range(0, batch.n, rows):
+        yield batch.take(slice(lo, lo + rows))
+
+
+def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *, n_classes: int = 4,
+               params: Any = None, seed: int = 0, tier: int = S.TIER_SSD,
+               future_of: Path | None = None, future: Future | None = None) -> np.ndarray:
+    """Run a policy over batches of trace events as the replay does; the class of every tier write, in order.
+    An offline policy is prepared from ``future``, or from the future of the trace at ``future_of``."""
+    pol = policy_cls(n_classes, params, seed=seed, tier=tier)
+    if policy_cls.needs_future:
+        if future is None and future_of is None:
+            raise ValueError(f"{policy_cls.__name__} needs the future: give future_of (the trace)")
+        if future is None:
+            clock = getattr(pol.params, "clock", "bytes")
+            future = scan_trace(S.TraceReader(future_of), tier, 1 << 20, record_future=True, clock=clock).future
+        pol.prepare(future)
+    lut = action_table(tier)
+    out = [np.zeros(0, np.int16)]
+    for b in batches:
+        act, tidx = select(lut, b["op"], b["tier"])
+        writes = tidx[act[tidx] == A_WRITE]
+        cls = pol.assign(b, act, writes)
+        if not (isinstance(cls, np.ndarray) and cls.dtype == np.int16 and cls.shape == (len(writes),)):
+            raise OnlineCheckFailed(f"{policy_cls.__name__}.assign: expected int16[{len(writes)}] (one class per "
+                                    f"write), got {getattr(cls, 'dtype', type(cls))}{getattr(cls, 'shape', '')}")
+        out.append(cls)
+    classes = np.concatenate(out)
+    if len(classes) and (classes.min() < 0 or classes.max() >= n_classes):
+        raise OnlineCheckFailed(f"{policy_cls.__name__}: classes outside [0, {n_classes}): "
+                                f"{sorted(set(np.unique(classes).tolist()) - set(range(n_classes)))}")
+    try:
+        json.dumps(pol.describe())
+    except (TypeError, ValueError) as exc:
+        raise OnlineCheckFailed(f"{policy_cls.__name__}.describe() is not JSON for result.json: {exc}") from None
+    return classes
+
+
+def demo_trace(directory: Path, duration_s: float = 240.0) -> Path:
+    """A small synthetic trace (``kvbed trace synth`` defaults, shorter, a smaller SSD tier so copies die)."""
+    import dataclasses
+
+    from kvreplay.synth import SYNTH_TIER_DEFAULTS, SynthParams
+    from kvreplay.tracegen import synth_trace
+
+    out = Path(directory) / f"synth-{duration_s:g}s.parquet"
+    if not out.exists():
+        tier = dataclasses.replace(SYNTH_TIER_DEFAULTS, ssd_bytes=SYNTH_TIER_DEFAULTS.ssd_bytes // 64)
+        synth_trace(SynthParams(duration_s=duration_s), tier, out)
+    return out
+
+
+def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, *, n_classes: int = 4,
+                 params: Any = None, seed: int = 0, tier: int = S.TIER_SSD, cut: float = 0.55,
+                 batch_rows: tuple[int, int] = (4096, 777)) -> OnlineReport:
+    """Check that ``policy_cls`` is a causal, well-formed online hint policy on ``trace`` (default: a small
+    synthetic trace); :class:`OnlineCheckFailed` names what broke."""
+    from kvreplay.hints.plugins import check_policy_class
+
+    name = policy_cls.__name__
+    try:
+        check_policy_class(getattr(policy_cls, "name", name), policy_cls)
+    except Exception as exc:
+        raise OnlineCheckFailed(str(exc)) from None
+    if policy_cls.needs_future:
+        raise OnlineCheckFailed(f"{name}.needs_future is True: it reads the future, it is not online")
+    if not 0 < cut < 1:
+        raise ValueError("cut must be in (0, 1)")
+    with tempfile.TemporaryDirectory(prefix="kvbed-check-online-") as tmp:
+        path = Path(trace) if trace is not None else demo_trace(Path(tmp))
+        cols = list(dict.fromkeys([*SCAN_COLUMNS, *policy_cls.columns]))
+        reader = S.TraceReader(path)
+        batch = S.EventBatch.concat(list(reader.iter_batches(cols)))
+    kw = dict(n_classes=n_classes, params=params, seed=seed, tier=tier)
+    whole = classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)
+    again = classes_of(policy_cls, _batches(batch, batch_rows[1]), **kw)
+    prefix = classes_of(policy_cls, _batches(batch.take(slice(0, int(batch.n * cut))), batch_rows[0]), **kw)
+    if len(whole) == 0:
+        raise OnlineCheckFailed(f"{path}: no writes on tier {S.TIERS[tier]}: nothing to check")
+    if not np.array_equal(whole, again):
+        i = int(np.flatnonzero(whole != again)[0]) if len(whole) == len(again) else min(len(whole), len(again))
+        raise OnlineCheckFailed(f"{name}: classes depend on batch boundaries (write {i}: {batch_rows[0]}-row "
+                                f"batches vs {batch_rows[1]}-row batches)")
+    if not np.array_equal(whole[: len(prefix)], prefix):
+        i = int(np.flatnonzero(whole[: len(prefix)] != prefix)[0])
+        raise OnlineCheckFailed(f"{name} is not causal: write {i} gets class {whole[i]} on the whole trace and "
+                                f"{prefix[i]} when the trace ends after {cut:.0%} of its events")
+    if not np.array_equal(whole, classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)):
+        raise OnlineCheckFailed(f"{name}: two runs with seed {seed} give different classes")
+    return OnlineReport(getattr(policy_cls, "name", name), str(path), len(whole), len(prefix),
+                        int(len(np.unique(whole))), n_classes)

@@ -1,0 +1,43 @@
+"""``fill-phase`` (issue 23, a safe cache-aware policy): writes before the tier's first eviction get the last
+class, every later write class 0 - by hand, whatever the batching, and causal (check_online)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvreplay import schema as S
+from kvreplay.hints import HINTS
+from kvreplay.hints.testing import check_online, classes_of
+
+EV = [  # ts, op, obj, tier: 1 and 2 written, 1 evicted from the GPU (not the tier), 2 evicted from the SSD, 3, 4
+    (0, S.OP_PERSIST, 1, S.TIER_SSD), (1, S.OP_PERSIST, 2, S.TIER_SSD), (2, S.OP_EVICT, 1, S.TIER_GPU),
+    (3, S.OP_PERSIST, 5, S.TIER_SSD), (4, S.OP_EVICT, 2, S.TIER_SSD), (5, S.OP_PERSIST, 3, S.TIER_SSD),
+    (6, S.OP_PERSIST, 4, S.TIER_SSD),
+]
+
+
+def _batch():
+    ts, op, obj, tier = (np.array(c) for c in zip(*EV))
+    return S.make_batch(ts_ns=ts, op=op, obj_id=obj, tier=tier, nbytes=np.full(len(ts), 1 << 20))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_writes_before_the_tiers_first_eviction_get_the_last_class(rows):
+    b = _batch()
+    batches = [b.take(slice(i, i + rows)) for i in range(0, b.n, rows)]
+    cls = HINTS.get("fill-phase")
+    assert classes_of(cls, batches, n_classes=4).tolist() == [3, 3, 3, 0, 0]
+    assert classes_of(cls, batches, n_classes=1).tolist() == [0, 0, 0, 0, 0]  # one class: nothing to separate
+    pol = cls(4)
+    for x in batches:
+        from kvreplay.layout.actions import A_WRITE, action_table, select
+
+        act, tidx = select(action_table(S.TIER_SSD), x["op"], x["tier"])
+        pol.assign(x, act, tidx[act[tidx] == A_WRITE])
+    assert pol.describe() == {"writes_before_first_eviction": 3}
+
+
+def test_fill_phase_is_online(lifetimes_trace):
+    rep = check_online(HINTS.get("fill-phase"), lifetimes_trace(3000))
+    assert rep.classes_used == 2

@@ -1,0 +1,166 @@
+"""Hint policies from outside kvbed (issue 23): ``--hints module:Class``, ``--hints file.py:Class`` and the
+``kvbed.hints`` entry points, through the one registry; the worked example of docs/development/extending.md runs
+as written through ``check_online``, a replay and a study; bad specs are one line and exit 2; and
+``check_online`` catches a policy that looks ahead."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from kvbed.core.errors import KvbedError
+from kvreplay import schema as S
+from kvreplay.hints import HINTS, HintPolicy
+from kvreplay.hints.testing import OnlineCheckFailed, check_online, classes_of
+from tests.support.cli import kvbed, ok, one_line_error
+from tests.support.paths import ROOT
+
+DOC = ROOT / "docs" / "development" / "extending.md"
+
+
+def _example() -> str:
+    text = DOC.read_text()
+    m = re.search(r"<!-- plugin-example -->\n```python\n(.*?)```", text, re.S)
+    assert m, "extending.md lost its plugin example"
+    return m.group(1)
+
+
+@pytest.fixture
+def plugin_dir(tmp_path, monkeypatch):
+    """The doc's example as my_hints.py in a directory outside the repository, importable as my_hints."""
+    (tmp_path / "my_hints.py").write_text(_example())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("my_hints", None)
+    HINTS.forget_plugins()
+
+
+@pytest.fixture(scope="module")
+def trace(lifetimes_trace):
+    return lifetimes_trace(3000)
+
+
+def _sizes(path) -> np.ndarray:
+    b, _ = S.read_trace(path)
+    w = (b["tier"] == S.TIER_SSD) & np.isin(b["op"], [S.OP_PERSIST])
+    return b["nbytes"][w]
+
+
+def test_the_worked_example_is_causal_and_classes_by_size(plugin_dir, trace):
+    cls = HINTS.get("my_hints:SizeClasses")
+    assert cls.__name__ == "SizeClasses" and cls.name == "my_hints:SizeClasses"
+    rep = check_online(cls, trace)
+    assert rep.writes > 1000 and rep.prefix_writes < rep.writes
+    # by hand: log2 of size in MiB steps, capped at 3 (the fixture's objects are 4 MiB: class 2)
+    got = classes_of(cls, S.TraceReader(trace).iter_batches(), n_classes=4)
+    sizes = _sizes(trace)
+    assert len(got) == len(sizes)
+    assert np.array_equal(got, np.minimum(np.floor(np.log2(np.maximum(sizes >> 20, 1))), 3))
+
+
+def test_a_plugin_runs_in_a_replay_by_file_and_by_module(plugin_dir, trace, tmp_path):
+    for spec in (f"{plugin_dir}/my_hints.py:SizeClasses", "my_hints:SizeClasses"):
+        out = tmp_path / re.sub(r"\W", "_", spec)
+        ok(kvbed("replay", trace, "--hints", spec, "--param", "step_bytes=2MiB", "-o", out, "-q", "--no-plots"))
+        job = json.loads((out / "result.json").read_text())["jobs"][0]
+        hp = job["hint_policy"]
+        assert hp["name"] == spec and hp["knows"].startswith("the size of the written object")
+        assert hp["offline"] is False
+        assert json.loads((out / "config.json").read_text())["hint_params"] == {"step_bytes": 2 << 20}
+        # config.json reruns it
+        again = tmp_path / (out.name + "-again")
+        ok(kvbed("replay", "--config", out / "config.json", "-o", again, "-q", "--no-plots"))
+        assert json.loads((again / "result.json").read_text())["jobs"][0]["waf"] == job["waf"]
+
+
+def test_an_entry_point_of_an_installed_distribution_is_a_policy(plugin_dir, trace):
+    dist = plugin_dir / "my_hints-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-hints\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[kvbed.hints]\nsize = my_hints:SizeClasses\n")
+    HINTS.forget_plugins()
+    assert "size" in HINTS.names() and "size" in HINTS
+    assert HINTS.get("size").__name__ == "SizeClasses" and HINTS.get("size").name == "size"
+    assert "oracle" in HINTS.names()  # built-ins stay
+
+
+def test_a_plugin_runs_in_a_study(plugin_dir, tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[study]
+name = "plugin"
+seeds = [0]
+
+[trace]
+synth = true
+duration_s = 90
+
+[replay]
+device = "fdp"
+
+[axes]
+"replay.hints" = ["none", "{plugin_dir}/my_hints.py:SizeClasses"]
+""")
+    out = tmp_path / "out"
+    ok(kvbed("study", "run", spec, "-o", out, "-q", "-j", "1"))
+    runs = sorted((out / "runs").glob("*/result.json"))
+    names = {json.loads(p.read_text())["jobs"][0]["hint_policy"]["name"] for p in runs}
+    assert names == {"none", f"{plugin_dir}/my_hints.py:SizeClasses"}, names
+
+
+@pytest.mark.parametrize("spec, fragments", [
+    ("no_such_module_xyz:Cls", ["no_such_module_xyz", "cannot import", "ModuleNotFoundError"]),
+    ("{d}/missing.py:Cls", ["no such file", "missing.py"]),
+    ("my_hints:Nope", ["has no attribute 'Nope'"]),
+    ("my_hints:SizeParams", ["is not a subclass of kvreplay.hints.base.HintPolicy"]),
+    ("{d}/broken.py:X", ["cannot import", "SyntaxError"]),
+    ("{d}/abstract.py:Half", ["Half is abstract", "_assign"]),
+    ("{d}/unknowing.py:Quiet", ["must say what it may know"]),
+    ("nosuchpolicy", ["unknown hint policy 'nosuchpolicy'", "module:Class"]),
+])
+def test_bad_plugin_specs_are_one_line_and_exit_2(plugin_dir, trace, tmp_path, spec, fragments):
+    (plugin_dir / "broken.py").write_text("def (:\n")
+    (plugin_dir / "abstract.py").write_text("from kvreplay.hints import HintPolicy\nclass Half(HintPolicy):\n"
+                                            "    knows = 'x'\n")
+    (plugin_dir / "unknowing.py").write_text("import numpy as np\nfrom kvreplay.hints import HintPolicy\n"
+                                             "class Quiet(HintPolicy):\n    def _assign(self, b, a, w):\n"
+                                             "        return np.zeros(len(w), np.int16)\n")
+    spec = spec.format(d=plugin_dir)
+    out = tmp_path / "out"
+    one_line_error(kvbed("replay", trace, "--hints", spec, "-o", out, "-q"), *fragments)
+    assert not out.exists()
+    with pytest.raises(KvbedError):
+        HINTS.get(spec)
+    assert spec not in HINTS
+
+
+class _LooksAhead(HintPolicy):
+    """Class 1 when the written object is evicted later in the same batch: the future, through the batch."""
+
+    knows = "claims the past; reads ahead in its batch"
+
+    def _assign(self, batch, actions, writes):
+        ev = set(batch["obj_id"][batch["op"] == S.OP_EVICT].tolist())
+        return np.array([1 if o in ev else 0 for o in batch["obj_id"][writes].tolist()], np.int16)
+
+
+class _OutOfRange(HintPolicy):
+    knows = "nothing"
+
+    def _assign(self, batch, actions, writes):
+        return np.full(len(writes), self.n_classes, np.int16)
+
+
+def test_check_online_catches_look_ahead_out_of_range_and_the_oracle(trace):
+    with pytest.raises(OnlineCheckFailed, match="batch boundaries|not causal"):
+        check_online(_LooksAhead, trace)
+    with pytest.raises(OnlineCheckFailed, match=r"classes outside \[0, 4\)"):
+        check_online(_OutOfRange, trace)
+    with pytest.raises(OnlineCheckFailed, match="needs_future"):
+        check_online(HINTS.get("oracle"), trace)
+    for name in ("none", "predicted", "hotness", "type"):
+        assert check_online(HINTS.get(name), trace).writes > 1000
