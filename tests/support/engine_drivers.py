@@ -130,6 +130,14 @@ class _Driver:
         self.convs: list[Conversation] = []
         self._next_block = 0
 
+    def publish(self, evs: list) -> None:
+        self.pub.publish(self.ev.KVEventBatch(ts=time.time(), events=evs))
+        self.published += 1
+
+    def close(self) -> None:
+        self.pub.shutdown()
+        atexit.unregister(self.pub.shutdown)  # SGLang's publisher registers it; once is enough
+
     def scope(self, conv: Conversation) -> str:
         return self.instance + (f"|lora={conv.lora}" if conv.lora else "")
 
@@ -299,13 +307,6 @@ class VllmDriver(_Driver):
             del self.storage[(gg, b)]
             self._remove(gg, [b], "STORAGE", SSD if conv.locality == "LOCAL" else REMOTE, evs, conv.locality)
 
-    def publish(self, evs: list) -> None:
-        self.pub.publish(self.ev.KVEventBatch(ts=time.time(), events=evs))
-        self.published += 1
-
-    def close(self) -> None:
-        self.pub.shutdown()
-        atexit.unregister(self.pub.shutdown)  # SGLang's publisher registers it; once is enough
 
 
 # ------------------------------------------------------------------ SGLang
@@ -406,10 +407,3 @@ class SglangDriver(_Driver):
                     self.truth.remove(k, CPU)
         self.publish(self.rec.take())
 
-    def publish(self, evs: list) -> None:
-        self.pub.publish(self.ev.KVEventBatch(ts=time.time(), events=evs))
-        self.published += 1
-
-    def close(self) -> None:
-        self.pub.shutdown()
-        atexit.unregister(self.pub.shutdown)  # SGLang's publisher registers it; once is enough
