@@ -205,6 +205,27 @@ def _runtime(tgt: VmReplayTarget, vm: Vm, times: dict[str, float], guest: dict[s
     }
 
 
+def _model_figures(mc: dict[str, int], pb: int, block: int) -> dict[str, Any]:
+    """The model's host and media bytes, GC bytes moved and erases on the completed command stream."""
+    mh, mm = int(mc.get("host_pages_written", 0)) * pb, int(mc.get("media_pages_written", 0)) * pb
+    me = int(mc.get("block_erases", 0))
+    return {"source": "model", "host_bytes_written": mh, "media_bytes_written": mm, "gc_bytes_moved": mm - mh,
+            "media_bytes_erased": me * block, "erases": me, "waf": mm / mh if mh else None}
+
+
+def _side_by_side(dev: dict[str, Any], mod: dict[str, Any], note: str) -> dict[str, Any]:
+    """The device's figures and the model's (only those the device has), with their ratio (device / model)."""
+    keys = [k for k in dev if k not in ("source", "waf")]
+    mod = {k: mod[k] for k in ("source", *keys, "waf")}
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    return {"device": dev, "model": mod,
+            "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", *(k for k in keys if dev[k] is not None))},
+            "note": note}
+
+
 def _device_vs_model(fdp_log: dict[str, int], mc: dict[str, int], pb: int, flash, label: str) -> dict[str, Any]:
     """A flash-counting device's FDP statistics and the model's figures on the same completed command
     stream, side by side with their ratio (device / model); each names its source."""
@@ -214,18 +235,8 @@ def _device_vs_model(fdp_log: dict[str, int], mc: dict[str, int], pb: int, flash
     dev = {"source": f"device log ({label} FDP statistics)", "host_bytes_written": host,
            "media_bytes_written": media, "media_bytes_erased": erased, "erases": erased // block,
            "waf": media / host if host else None}
-    mh, mm = int(mc.get("host_pages_written", 0)) * pb, int(mc.get("media_pages_written", 0)) * pb
-    me = int(mc.get("block_erases", 0))
-    mod = {"source": "model", "host_bytes_written": mh, "media_bytes_written": mm, "media_bytes_erased": me * block,
-           "erases": me, "waf": mm / mh if mh else None}
-
-    def ratio(a, b):
-        return a / b if a is not None and b else None
-
-    return {"device": dev, "model": mod,
-            "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
-                                                         "media_bytes_erased", "erases")},
-            "note": f"ratio = {label} / model; erases in blocks of pages_per_block x page_bytes"}
+    return _side_by_side(dev, _model_figures(mc, pb, block),
+                         f"ratio = {label} / model; erases in blocks of pages_per_block x page_bytes")
 
 
 def _device_vs_model_smart(smart: dict[str, int], fields: tuple[str, str], mc: dict[str, int], pb: int, flash,
@@ -236,17 +247,9 @@ def _device_vs_model_smart(smart: dict[str, int], fields: tuple[str, str], mc: d
     dev = {"source": f"device log ({label} SMART vendor area: host and GC-relocated pages)",
            "host_bytes_written": host, "media_bytes_written": host + moved, "gc_bytes_moved": moved,
            "erases": None, "waf": (host + moved) / host if host else None}
-    mh, mm = int(mc.get("host_pages_written", 0)) * pb, int(mc.get("media_pages_written", 0)) * pb
-    mod = {"source": "model", "host_bytes_written": mh, "media_bytes_written": mm, "gc_bytes_moved": mm - mh,
-           "erases": int(mc.get("block_erases", 0)), "waf": mm / mh if mh else None}
-
-    def ratio(a, b):
-        return a / b if a is not None and b else None
-
-    return {"device": dev, "model": mod,
-            "ratio": {k: ratio(dev[k], mod[k]) for k in ("waf", "host_bytes_written", "media_bytes_written",
-                                                         "gc_bytes_moved")},
-            "note": f"ratio = {label} / model; {label}'s conventional SSD counts no erases (erases: the model's only)"}
+    return _side_by_side(dev, _model_figures(mc, pb, flash.pages_per_block * pb),
+                         f"ratio = {label} / model; {label}'s conventional SSD counts no erases "
+                         "(erases: the model's only)")
 
 
 def _sum(parts: list[dict | None]) -> dict[str, int]:
