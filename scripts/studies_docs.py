@@ -57,7 +57,11 @@ CAPTIONS = {
     "waf_by_hints": "end-to-end WAF by hint policy: change vs none (%), per setting",
     "gc_stall_by_hints": "foreground GC stall (sum over stalls) by hint policy, per setting",
     "per_ruh_bytes": "bytes written per reclaim unit handle",
+    "loads_by_contract": "loads served wrong after the faults (all, and through a stale index entry) by contract",
 }
+#: a fault study's table in the findings (the rest of its metrics are in its report)
+FAULT_COLUMNS = ("loads_wrong", "stale_entry_loads", "stale_wrong_loads", "loads_detected", "loads_missing",
+                 "recompute_tokens", "contract_extra_bytes_written")
 HEADLINE_BEGIN, HEADLINE_END = "<!-- findings:headline -->", "<!-- findings:end -->"
 
 
@@ -65,7 +69,8 @@ def section(study_dir: Path) -> str:
     import pandas as pd
 
     from testbed.study import table
-    from testbed.study.report import findings, interval_note, pivot_markdown
+    from testbed.study.report import md_table, findings, interval_note, pivot_markdown
+    from testbed.study.table import dimensions
 
     doc = json.loads((study_dir / "study.json").read_text())
     df = table.load(study_dir)
@@ -79,6 +84,11 @@ def section(study_dir: Path) -> str:
     if piv:
         out += [f"<details markdown=\"1\"><summary>end-to-end WAF by hint policy ({interval_note(summary)})</summary>", "",
                 piv, "", "</details>", ""]
+    if "loads_wrong" in doc["metrics"]:  # a fault study: its outcome counts per setting and contract
+        keys = [c for c in dimensions(doc)[0] if c in summary.columns]
+        metrics = [m for m in doc["metrics"] if m in FAULT_COLUMNS]
+        out += [f"<details markdown=\"1\"><summary>loads after the faults by contract ({interval_note(summary)})"
+                "</summary>", "", md_table(summary, keys, metrics), "", "</details>", ""]
     return "\n".join(out)
 
 
@@ -91,6 +101,8 @@ def headline(findings_md: str) -> str:
         for dev in re.findall(r"(?m)^- On (\S+), ", block):
             got = {pol: (chg, n) for pol, chg, n in re.findall(
                 rf"(?m)^- {re.escape(dev)}, (oracle|predicted) ([+-][\d.]+%) on average over (\d+) setting", block)}
+            if not got and not re.search(rf"(?m)^- On {re.escape(dev)}, (no hint policy|\S+ hints change)", block):
+                continue  # a finding that is not about hint policies (a fault study's)
             n = next((v[1] for v in got.values()), "-")
             cells = [got[p][0] if p in got else "within the 95% intervals" for p in ("oracle", "predicted")]
             rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {n} |")

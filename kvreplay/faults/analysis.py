@@ -22,7 +22,7 @@ from kvreplay.faults.base import TraceFacts
 from kvreplay.faults.model import (
     K_DETECTED_VALID, K_EXTRA_PAGES_R, K_EXTRA_PAGES_W, K_MEDIA_ERRORS, K_PHANTOM, K_READS, K_VERIFIED,
     K_VERIFIED_BYTES, K_WRITES, MEASURES, O_DETECTED, O_MISSING, O_WRONG, OUTCOMES, S_FOREIGN, S_LUCKY, S_STALE,
-    assign_slots, events_kernel,
+    S_WRONG, assign_slots, events_kernel,
 )
 from kvreplay.faults.params import FaultParams
 from kvreplay.faults.registry import CONTRACTS
@@ -276,6 +276,9 @@ def _block(acc: np.ndarray, stale: np.ndarray, cost: CostParams) -> dict[str, An
         # ... and those whose entry's extent held another content's write whole: its checksum is right
         "stale_foreign_loads": int(stale[S_FOREIGN, 0]),
         "stale_foreign_bytes": int(stale[S_FOREIGN, 1]),
+        # ... and those served wrong: the stale index's harm that the contract let through
+        "stale_wrong_loads": int(stale[S_WRONG, 0]),
+        "stale_wrong_bytes": int(stale[S_WRONG, 1]),
         "recompute_tokens": recompute_tokens,
         "recompute_ns": rns,  # prefill time of the recomputed tokens (cost model)
         "ttft_added_ns_mean": rns // recomputed if recomputed else 0,  # per load that had to recompute

@@ -47,10 +47,10 @@ MEASURES = ("objects", "bytes", "tokens")
 (K_WRITES, K_EXTRA_PAGES_W, K_READS, K_EXTRA_PAGES_R, K_VERIFIED, K_VERIFIED_BYTES, K_DETECTED_VALID,
  K_PHANTOM, K_MEDIA_ERRORS) = range(9)
 K_N = 9
-# stale[fault slot, S_*, objects/bytes]: loads through a stale index entry, those served correct anyway, and
-# those whose entry's units held another content whole
-S_STALE, S_LUCKY, S_FOREIGN = 0, 1, 2
-S_N = 3
+# stale[fault slot, S_*, objects/bytes]: loads through a stale index entry, those served correct anyway, those
+# whose entry's units held another content whole, and those served wrong (the contract let them through)
+S_STALE, S_LUCKY, S_FOREIGN, S_WRONG = 0, 1, 2, 3
+S_N = 4
 
 
 @njit(inline="always")
@@ -128,8 +128,9 @@ def _dev_load(c, exp, checks, corrupt, st):
 
 @njit(inline="always")
 def _count_stale(st, c, out, foreign, fault_slot, nbytes):
-    """A load through an entry a fault-free index does not hold (stale): whether it was served correct (lucky)
-    and whether the entry's units held another content whole (foreign)."""
+    """A load through an entry a fault-free index does not hold (stale): whether it was served correct (lucky),
+    served wrong (the contract did not catch it) and whether the entry's units held another content whole
+    (foreign)."""
     dev = st.dev
     s = dev.ix_seq[c]
     if dev.restored[c] == 0 and s != 0 and s != dev.true_seq[c]:
@@ -139,6 +140,9 @@ def _count_stale(st, c, out, foreign, fault_slot, nbytes):
         if out == O_REUSED:
             sc[S_LUCKY, 0] += 1
             sc[S_LUCKY, 1] += nbytes
+        elif out == O_WRONG:
+            sc[S_WRONG, 0] += 1
+            sc[S_WRONG, 1] += nbytes
         if foreign:
             sc[S_FOREIGN, 0] += 1
             sc[S_FOREIGN, 1] += nbytes

@@ -124,8 +124,9 @@ class FaultCounts(NamedTuple):
     tw: np.ndarray  # int64[max(1, Nw), len(OUTCOMES)] loads per time-series window and outcome
     cost: np.ndarray  # int64[K_N]  contract costs and other counters (model.K_*)
     stale: np.ndarray  # int64[F+1, S_N, 2] loads per fault slot through an index entry a fault-free index does
-    #                   not hold (model.S_STALE), those of them served correct anyway (S_LUCKY) and those whose
-    #                   entry's units held another content whole (S_FOREIGN): objects, bytes
+    #                   not hold (model.S_STALE), those of them served correct anyway (S_LUCKY), those whose
+    #                   entry's units held another content whole (S_FOREIGN) and those served wrong (S_WRONG):
+    #                   objects, bytes
 
 
 class FaultArrays(NamedTuple):

@@ -191,12 +191,15 @@ def add_outcomes(rows: list[dict[str, Any]], per_window: np.ndarray) -> None:
 
 
 def fault_summary(f: dict[str, Any]) -> dict[str, Any]:
-    """The job's one-line view of result.json's ``faults``: loads after the first fault by outcome, what they
-    recompute, and the contract's extra device bytes (the study metrics read it)."""
+    """The job's one-line view of result.json's ``faults``: loads after the first fault by outcome, those of
+    them through a stale index entry and those served wrong, what they recompute, and the contract's extra
+    device bytes (the study metrics read it)."""
     inj = f["injected"]
     out: dict[str, Any] = {"contract": f["contract"]["name"]}
     for k in ("reused", "detected", "missing", "wrong"):
         out[f"loads_{k}"] = sum(i["outcomes"][k]["objects"] for i in inj)
+    out["stale_entry_loads"] = sum(i["stale_entry_loads"] for i in inj)
+    out["stale_wrong_loads"] = sum(i["stale_wrong_loads"] for i in inj)
     out["recompute_tokens"] = sum(i["recompute_tokens"] for i in inj)
     out["contract_extra_bytes_written"] = f["contract"]["extra_bytes_written"]
     out["contract_extra_bytes_read"] = f["contract"]["extra_bytes_read"]

@@ -11,11 +11,14 @@ Plots (``[study] plots``):
   policy (a red x on a load p99 whose device was saturated in some seed: that tail is queueing);
 - ``gc_stall_by_hints``: foreground GC stall, the sum over stalls, by hint policy, from 0 (CI bars clipped at 0);
 - ``per_ruh_bytes``: host bytes (GiB) per FDP reclaim unit handle, a panel per setting, a bar per hint policy,
-  the mean over seeds.
+  the mean over seeds;
+- ``loads_by_contract``: in a study with faults, the loads served wrong after them (all, and those through a
+  stale index entry) by recovery contract, a bar group per fault setting (:mod:`testbed.study.faultreport`).
 
 Each plot has a ``*_figure`` function returning the matplotlib Figure (the tests inspect it).
 
-The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it.
+The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it, and
+in a study with faults says what each contract let through and what it cost.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
+from testbed.study.faultreport import fault_findings, loads_by_contract_figure
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 
@@ -385,6 +389,7 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
                    ("; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation." if none_sig
                     else "."))
         out += [f"{dev}, {line}." for line in lines]
+    out += fault_findings(df, cols)
     out += _saturation_findings(df)
     return out
 
@@ -421,7 +426,7 @@ def _beyond(ch: list[tuple]) -> str:
     return text
 
 
-def _md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
+def md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
     sat = "saturated_points" in df.columns and bool((df["saturated_points"].fillna(0) > 0).any())
     head = cols + ["n"] + metrics + (["saturated"] if sat else [])
     lines = ["| " + " | ".join(c.split(".")[-1] for c in head) + " |", "|" + "---|" * len(head)]
@@ -493,6 +498,10 @@ def write_report(study_dir: Path) -> list[Path]:
             png = _per_ruh(study_dir, df)
             if png:
                 plots["per_ruh_bytes.png"] = png
+        elif name == "loads_by_contract":
+            fig = loads_by_contract_figure(df, cols)
+            if fig is not None:
+                plots["loads_by_contract.png"] = _png(fig)
     (study_dir / "plots").mkdir(exist_ok=True)
     for name, png in plots.items():
         with atomic_path(study_dir / "plots" / name) as tmp:
@@ -517,7 +526,7 @@ def write_report(study_dir: Path) -> list[Path]:
     if by_hints:
         md += [f"## End-to-end WAF by hint policy ({note})", "", by_hints, ""]
     md += [f"## Summary ({note})", ""]
-    md += [_md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
+    md += [md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
     sat = _saturated(df)
     if not sat.empty:
         md += ["## Saturated points", "", "The device was backlogged (an op in flight longer than the run's "

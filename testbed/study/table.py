@@ -49,7 +49,8 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
     out["backlogged_ratio"] = sat.get("backlogged_ratio")
     out["busy_ratio"] = sat.get("busy_ratio")
     fs = job.get("faults") or {}
-    for k in ("loads_wrong", "loads_detected", "loads_missing", "recompute_tokens", "contract_extra_bytes_written"):
+    for k in ("loads_wrong", "loads_detected", "loads_missing", "stale_entry_loads", "stale_wrong_loads",
+              "recompute_tokens", "contract_extra_bytes_written"):
         out[k] = fs.get(k)
     lab = (job.get("hint_policy") or {}).get("lab") or {}
     out["hint_accuracy"] = lab.get("accuracy")

@@ -37,6 +37,9 @@ METRICS: dict[str, str] = {
     "loads_wrong": "loads after the faults served wrong (kvbed replay --fault)",
     "loads_detected": "loads after the faults the contract caught (recomputed)",
     "loads_missing": "loads after the faults whose copy was gone (recomputed)",
+    "stale_entry_loads": "loads after the faults through a stale host-index entry (one a fault-free index would "
+                         "not hold: a stale restore)",
+    "stale_wrong_loads": "of stale_entry_loads, those served wrong (the contract let them through)",
     "recompute_tokens": "tokens recomputed after the faults",
     "contract_extra_bytes_written": "device bytes the contract's headers added",
     "hint_accuracy": "share of the tier's writes the hints put in the oracle's class (replay.hint_lab = true)",
@@ -50,4 +53,4 @@ DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "er
                    "write_p99_ns")
 
 #: the report's plots (``[study] plots``; each described in :mod:`testbed.study.report`)
-PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes")
+PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes", "loads_by_contract")

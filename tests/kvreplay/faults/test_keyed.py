@@ -154,6 +154,9 @@ def test_a_stale_entry_of_a_recomputed_chunk_is_loaded(keyed, contract, expected
     # whatever the contract does with them: 5's entry lists units that hold 3's write whole (foreign), 4's zeros
     assert (inj["stale_foreign_loads"], inj["stale_foreign_bytes"]) == (1, MiB)
     assert inj["served_wrong_bytes"] == expected.get("wrong", 0) * MiB
+    # both loads go through stale entries, so every wrong one is a stale-entry load served wrong
+    wrong = expected.get("wrong", 0)
+    assert (inj["stale_wrong_loads"], inj["stale_wrong_bytes"]) == (wrong, wrong * MiB)
     st = inj["state"]
     assert (st["stale_entries"], st["entries_missing"], st["index_entries"]) == (2, 1, 2)
     # the cost, as without the fault: a header fills a second unit of each of the 3 objects written, and of
@@ -187,7 +190,7 @@ def test_a_stale_entry_whose_extent_holds_the_same_content_is_a_lucky_load(tmp_p
     f = faults(path, "stale-index@300ms,age_ns=220ms", contract)
     assert counts(f) == expected
     inj = f["injected"][0]
-    assert inj["stale_entry_loads"] == 1 and inj["served_wrong_objects"] == 0
+    assert inj["stale_entry_loads"] == 1 and inj["served_wrong_objects"] == 0 and inj["stale_wrong_loads"] == 0
     assert inj["lucky_loads"] == (1 if "reused" in expected else 0) and inj["stale_foreign_loads"] == 0
     assert inj["lucky_bytes"] == inj["lucky_loads"] * MiB
     assert f["contract"]["detected_valid_loads"] == (1 if "detected" in expected else 0)
@@ -197,8 +200,12 @@ def test_a_key_stored_again_after_the_restore_is_fresh(tmp_path_factory):
     """create 3 (A): a phantom load of 9's data through the stale entry (wrong under none, detected under
     full); 3 is then persisted, its entry is fresh, and its load at 600 ms is correct under both."""
     path = put(tmp_path_factory, "fresh", FRESH, FRESH_KEYS)
-    got = {c: counts(f := faults(path, "stale-index@300ms,age_ns=220ms", c)) for c in ("none", "full")}
-    assert got == {"none": {"reused": 1, "wrong": 1}, "full": {"reused": 1, "detected": 1}}
+    runs = {c: faults(path, "stale-index@300ms,age_ns=220ms", c) for c in ("none", "full")}
+    assert {c: counts(f) for c, f in runs.items()} == {"none": {"reused": 1, "wrong": 1},
+                                                       "full": {"reused": 1, "detected": 1}}
+    # the one wrong load under none is the phantom load through the stale entry; full lets none through
+    assert {c: f["injected"][0]["stale_wrong_loads"] for c, f in runs.items()} == {"none": 1, "full": 0}
+    f = runs["full"]
     inj = f["injected"][0]
     assert (inj["stale_entry_loads"], inj["stale_foreign_loads"], f["phantom_loads"]) == (1, 1, 1)
 
