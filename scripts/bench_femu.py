@@ -40,6 +40,7 @@ def run(name: str, spec: C.Spec, femu: bool, log) -> dict:
         t0 = time.perf_counter()
         r = C.run_femu(spec.femu_params(), phases, name=f"bench-{name}", log=log)
         arrivals = r.pop("arrivals")
+        r.pop("lat_ns")  # per-op guest latencies: scripts/bench_femu_lat.py compares them
         r["wall_s"] = time.perf_counter() - t0
         out["femu"] = r
     for side, params in (("model_default", spec.default_params()), ("model_femu", spec.femu_params())):
