@@ -19,9 +19,8 @@ It prints, per side, the overwrite phase's write latency p50/p90/p99/p99.9/max, 
 throughput (objects per second of device time) and the guest clock's span against host wall time.
 
     python scripts/bench_femu_lat.py                       # FEMU (small device, ~2 min TCG) + model
-    python scripts/bench_femu_lat.py --save run.npz        # ... and keep FEMU's per-op arrays
-    python scripts/bench_femu_lat.py --load run.npz        # the model on a saved FEMU run
-    python scripts/bench_femu_lat.py --json out.json
+    python scripts/bench_femu_lat.py --json out.json       # every figure and FEMU's per-op arrays
+    python scripts/bench_femu_lat.py --load out.json       # the model on a saved FEMU run
     python scripts/bench_femu_lat.py --nice -15          # FEMU's threads ahead of the host's other load
 """
 
@@ -33,42 +32,34 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvbed.core.atomicio import write_json  # noqa: E402
 from testbed.femu import compare as C  # noqa: E402
 from testbed.femu import latency as L  # noqa: E402
 
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="small", choices=sorted(L.SPECS), help="device and workload")
-    ap.add_argument("--save", type=Path, default=None, help="write FEMU's per-op arrays here (.npz)")
-    ap.add_argument("--load", type=Path, default=None, help="a saved FEMU run instead of running FEMU")
+    ap.add_argument("--load", type=Path, default=None, help="a FEMU run saved by --json instead of running FEMU")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
     ap.add_argument("--nice", type=int, default=None,
                     help="renice every thread of FEMU's process to this (e.g. -15: ahead of the host's other load)")
     a = ap.parse_args()
-    spec = L.SPECS[a.workload]
+    run = L.FemuRun.from_json(json.loads(a.load.read_text())["run"]) if a.load else None
+    spec = L.SPECS[run.workload if run else a.workload]
     phases = spec.phases()
-    if a.load:
-        run = L.load_run(a.load)
-    else:
+    if run is None:
         t0 = time.perf_counter()
         r = C.run_femu(spec.femu_params(), phases, name=f"lat-{a.workload}",
                        log=lambda s: print(s, file=sys.stderr),
                        on_up=None if a.nice is None else lambda vm: L.renice(vm.state.pid, a.nice))
         print(f"# FEMU run {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         run = L.FemuRun.from_run_femu(a.workload, r, nice=a.nice, load=L.loadavg())
-        if a.save:
-            run.save(a.save)
     res = L.compare(spec, phases, run)
     print(L.table(res))
     if a.json:
-        write_json(a.json, res)
-
+        write_json(a.json, {"result": res, "run": run.to_json()})
 
 if __name__ == "__main__":
     main()

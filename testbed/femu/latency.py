@@ -23,9 +23,7 @@ FTL thread's processing); later host pages queue behind them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,24 +66,16 @@ class FemuRun:
                    {k: float(v["seconds"]) for k, v in r["phases"].items()}, figs,
                    {"nice": nice, "loadavg_after": load})
 
-    def save(self, path: Path) -> None:
-        arrays = {f"{k}/{ph}": v for k in ("issue_ns", "lat_ns") for ph, v in getattr(self, k).items()}
-        meta = json.dumps({"workload": self.workload, "wall_s": self.wall_s, "figures": self.figures,
-                           "host": self.host})
-        tmp = Path(str(path) + ".tmp.npz")
-        np.savez_compressed(tmp, meta=np.frombuffer(meta.encode(), np.uint8), **arrays)
-        tmp.replace(path)
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "wall_s": self.wall_s, "figures": self.figures, "host": self.host,
+                "issue_ns": {k: v.tolist() for k, v in self.issue_ns.items()},
+                "lat_ns": {k: v.tolist() for k, v in self.lat_ns.items()}}
 
-
-def load_run(path: Path) -> FemuRun:
-    z = np.load(path)
-    meta = json.loads(bytes(z["meta"]).decode())
-    issue, lat = {}, {}
-    for k in z.files:
-        if "/" in k:
-            kind, ph = k.split("/", 1)
-            (issue if kind == "issue_ns" else lat)[ph] = z[k].astype(np.int64)
-    return FemuRun(meta["workload"], issue, lat, meta["wall_s"], meta.get("figures", {}), meta.get("host", {}))
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FemuRun":
+        arr = lambda m: {k: np.asarray(v, np.int64) for k, v in m.items()}  # noqa: E731
+        return cls(d["workload"], arr(d["issue_ns"]), arr(d["lat_ns"]), d["wall_s"], d.get("figures", {}),
+                   d.get("host", {}))
 
 
 def renice(pid: int, nice: int) -> None:
