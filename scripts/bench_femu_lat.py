@@ -18,9 +18,10 @@ replays the same ops on the model (preset=femu) in several ways:
 It prints, per side, the overwrite phase's write latency p50/p90/p99/p99.9/max, the mean, the
 throughput (objects per second of device time) and the guest clock's span against host wall time.
 
-    python scripts/bench_femu_lat.py                       # FEMU (small device, ~2 min TCG) + model
+    python scripts/bench_femu_lat.py                       # FEMU (small device, ~1 min TCG) + model
+    python scripts/bench_femu_lat.py --workload small --workload uniform-op25   # + bench_femu's (~3 min)
     python scripts/bench_femu_lat.py --json out.json       # every figure and FEMU's per-op arrays
-    python scripts/bench_femu_lat.py --load out.json       # the model on a saved FEMU run
+    python scripts/bench_femu_lat.py --load out.json       # the model on saved FEMU runs
     python scripts/bench_femu_lat.py --nice -15          # FEMU's threads ahead of the host's other load
 """
 
@@ -40,26 +41,32 @@ from testbed.femu import latency as L  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="small", choices=sorted(L.SPECS), help="device and workload")
-    ap.add_argument("--load", type=Path, default=None, help="a FEMU run saved by --json instead of running FEMU")
-    ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--workload", action="append", choices=sorted(L.SPECS),
+                    help="device and workload (repeatable; default small)")
+    ap.add_argument("--load", type=Path, default=None, help="FEMU runs saved by --json instead of running FEMU")
+    ap.add_argument("--json", type=Path, default=None, help="write every figure and FEMU's per-op arrays here")
     ap.add_argument("--nice", type=int, default=None,
                     help="renice every thread of FEMU's process to this (e.g. -15: ahead of the host's other load)")
     a = ap.parse_args()
-    run = L.FemuRun.from_json(json.loads(a.load.read_text())["run"]) if a.load else None
-    spec = L.SPECS[run.workload if run else a.workload]
-    phases = spec.phases()
-    if run is None:
-        t0 = time.perf_counter()
-        r = C.run_femu(spec.femu_params(), phases, name=f"lat-{a.workload}",
-                       log=lambda s: print(s, file=sys.stderr),
-                       on_up=None if a.nice is None else lambda vm: L.renice(vm.state.pid, a.nice))
-        print(f"# FEMU run {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        run = L.FemuRun.from_run_femu(a.workload, r, nice=a.nice, load=L.loadavg())
-    res = L.compare(spec, phases, run)
-    print(L.table(res))
+    runs = ([L.FemuRun.from_json(x["run"]) for x in json.loads(a.load.read_text())["runs"]] if a.load
+            else [None] * len(a.workload or ["small"]))
+    out = []
+    for i, run in enumerate(runs):
+        name = run.workload if run else (a.workload or ["small"])[i]
+        spec = L.SPECS[name]
+        phases = spec.phases()
+        if run is None:
+            t0 = time.perf_counter()
+            r = C.run_femu(spec.femu_params(), phases, name=f"lat-{name}", log=lambda s: print(s, file=sys.stderr),
+                           on_up=None if a.nice is None else lambda vm: L.renice(vm.state.pid, a.nice))
+            print(f"# FEMU run {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            run = L.FemuRun.from_run_femu(name, r, nice=a.nice, load=L.loadavg())
+        res = L.compare(spec, phases, run)
+        print(L.table(res), flush=True)
+        out.append({"result": res, "run": run.to_json()})
     if a.json:
-        write_json(a.json, {"result": res, "run": run.to_json()})
+        write_json(a.json, {"runs": out})
+
 
 if __name__ == "__main__":
     main()

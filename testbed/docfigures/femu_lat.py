@@ -25,26 +25,27 @@ SIDE_NAMES = {
 class FemuLat(BenchFigureSet):
     summary = "scripts/bench_femu_lat.py: per-write latency on a FEMU FDP VM and on the model, same stream"
     script = "scripts/bench_femu_lat.py"
-    args = ("--json", "{w}/femu_lat.json")
+    args = ("--workload", "small", "--workload", "uniform-op25", "--json", "{w}/femu_lat.json")
 
     def extract(self, work: Path) -> dict[str, Any]:
         return json.loads((work / "femu_lat.json").read_text())
 
     def blocks(self, fig: dict[str, Any]) -> dict[str, str]:
-        r = fig["result"]
-        f = r["femu"]
-        lines = ["| side | p50 ms | p90 ms | p99 ms | max ms | mean ms | span s |", "|---|---|---|---|---|---|---|"]
-        for side, name in SIDE_NAMES.items():
-            x = r[side]
-            lines.append(f"| {name} | {x['p50']:.1f} | {x['p90']:.1f} | {x['p99']:.1f} | {x['max']:.1f} | "
-                         f"{x['mean']:.1f} | {x['span_s']:.1f} |")
-        host = fig["run"].get("host") or {}
-        load = host.get("loadavg_after")
-        text = (f"{r['workload']} device, overwrite phase: {r['ops']} writes of 1 MiB at queue depth 1. The guest's "
-                f"clock spans {f['span_s']:.1f} s where the host's wall clock measured {f['host_wall_s']:.1f} s; "
-                f"its gap between a completion and the next issue has median {f['gap_ms']['p50']:.2f} ms. On the "
-                f"fill (no GC; FEMU's timing model gives every write the same latency) FEMU's guest saw "
-                f"{f['fill_delay_ms']['p50']:.1f} ms (median) and {f['fill_delay_ms']['p90']:.1f} ms (p90) more "
-                f"than the device's. One FEMU run"
-                + (f", host load average {load[0]:.1f} after it" if load else "") + ".")
+        lines = ["| device | side | p50 ms | p90 ms | p99 ms | max ms | mean ms | span s |",
+                 "|---|---|---|---|---|---|---|---|"]
+        notes = []
+        for x in fig["runs"]:
+            r = x["result"]
+            f = r["femu"]
+            for side, name in SIDE_NAMES.items():
+                s = r[side]
+                lines.append(f"| {r['workload']} | {name} | {s['p50']:.1f} | {s['p90']:.1f} | {s['p99']:.1f} | "
+                             f"{s['max']:.1f} | {s['mean']:.1f} | {s['span_s']:.1f} |")
+            load = (x["run"].get("host") or {}).get("loadavg_after")
+            notes.append(f"{r['workload']}: {r['ops']} overwrites; guest clock span {f['span_s']:.1f} s, host wall "
+                         f"{f['host_wall_s']:.1f} s; guest gap median {f['gap_ms']['p50']:.2f} ms; on the fill FEMU's "
+                         f"guest saw {f['fill_delay_ms']['p50']:.1f} ms (median) and {f['fill_delay_ms']['p90']:.1f} "
+                         f"ms (p90) more than the device's latency"
+                         + (f"; host load average {load[0]:.1f} after the run" if load else ""))
+        text = ("Overwrite phase, 1 MiB writes at queue depth 1, one FEMU run per device. " + ". ".join(notes) + ".")
         return {"table": "\n".join(lines) + "\n\n" + fmt.wrap(text) + "\n"}
