@@ -21,6 +21,16 @@ SIDE_NAMES = {
 }
 
 
+def _fill_device_ms(workload: str) -> float:
+    """The device's latency of a fill write at queue depth 1 on idle dies (FEMU's timing model and the model's
+    without channel time): a 1 MiB object's pages per die x the page program time."""
+    from devicemodels.base import DEVICES
+    from testbed.femu.latency import SPECS
+
+    f = DEVICES.get("fdp").from_params([*SPECS[workload].femu_params(), "timing=false"]).flash
+    return 256 // f.dies * f.page_program_ns / 1e6
+
+
 @FIGURE_SETS.register("femu-lat")
 class FemuLat(BenchFigureSet):
     summary = "scripts/bench_femu_lat.py: per-write latency on a FEMU FDP VM and on the model, same stream"
@@ -37,6 +47,10 @@ class FemuLat(BenchFigureSet):
         for x in fig["runs"]:
             r = x["result"]
             f = r["femu"]
+            fill = sorted(x["run"]["lat_ns"]["fill"])
+            fill_med = fill[len(fill) // 2] / 1e6
+            dev_ms = _fill_device_ms(r["workload"])
+            off = lambda side, k: r[side][k] / f[k] - 1  # noqa: E731
             for side, name in SIDE_NAMES.items():
                 s = r[side]
                 lines.append(f"| {r['workload']} | {name} | {s['p50']:.1f} | {s['p90']:.1f} | {s['p99']:.1f} | "
@@ -44,8 +58,13 @@ class FemuLat(BenchFigureSet):
             load = (x["run"].get("host") or {}).get("loadavg_after")
             notes.append(f"{r['workload']}: {r['ops']} overwrites; guest clock span {f['span_s']:.1f} s, host wall "
                          f"{f['host_wall_s']:.1f} s; guest gap median {f['gap_ms']['p50']:.2f} ms; on the fill FEMU's "
-                         f"guest saw {f['fill_delay_ms']['p50']:.1f} ms (median) and {f['fill_delay_ms']['p90']:.1f} "
-                         f"ms (p90) more than the device's latency"
+                         f"guest latency had median {fill_med:.1f} ms where the device's is {dev_ms:.1f} ms "
+                         f"({fill_med / dev_ms:.1f}x), {f['fill_delay_ms']['p50']:.1f} ms (median) and "
+                         f"{f['fill_delay_ms']['p90']:.1f} ms (p90) more per write; the model with that delay is "
+                         f"{off('closed-delay', 'p50'):+.1%} off FEMU's median, "
+                         f"{off('closed-delay', 'mean'):+.1%} off its mean, {off('closed-delay', 'span_s'):+.1%} "
+                         f"off its span, without it {off('closed', 'p50'):+.1%}, {off('closed', 'mean'):+.1%}, "
+                         f"{off('closed', 'span_s'):+.1%}"
                          + (f"; host load average {load[0]:.1f} after the run" if load else ""))
         text = ("Overwrite phase, 1 MiB writes at queue depth 1, one FEMU run per device. " + ". ".join(notes) + ".")
         return {"table": "\n".join(lines) + "\n\n" + fmt.wrap(text) + "\n"}
