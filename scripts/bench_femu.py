@@ -8,6 +8,9 @@ overwrites) on two RUHs, persistently isolated (PI) and with FEMU's initially is
 Each runs on a FEMU guest (the FEMU binary `kvbed femu build` cached, the kvbed guest image, FDP
 statistics log before/after each phase), then the very same op arrays (and FEMU's guest issue times
 as arrivals) go to the model. The table is the overwrite phase (the fill phase has WAF 1 on both).
+The latency columns are not a comparison of the two devices: FEMU's guest latency includes the emulator's
+completion delivery under TCG, and the model takes FEMU's issue times open loop (scripts/bench_femu_lat.py
+and docs/guides/femu.md say why and compare them properly).
 
     python scripts/bench_femu.py                    # FEMU + model, every workload (~6 min under TCG)
     python scripts/bench_femu.py --only uniform-op25

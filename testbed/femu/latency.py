@@ -5,20 +5,21 @@ it has prepared the next buffer, a closed loop at queue depth 1 whose gaps (the 
 are the guest's own. A FEMU run recorded here keeps, per phase, every op's guest issue time and
 guest-measured latency, so the gap before each op is known: ``gap[i] = issue[i] - issue[i-1] - lat[i-1]``.
 
-The model can take that stream two ways:
+The model can take that stream three ways:
 
-- open loop (``scripts/bench_femu.py``): arrivals = FEMU's guest issue times. An op arrives at FEMU's
-  pace whatever the model's own latency was for the op before it, so wherever the model's die
-  timeline is behind FEMU's, the difference is not absorbed by the guest waiting as it is on FEMU:
-  it stays as queueing in every later latency;
-- closed loop (:func:`replay_closed`): op i+1 arrives at the model's completion of op i plus the
-  guest's gap, the guest's loop.
+- open loop (``scripts/bench_femu.py``'s way): arrivals = FEMU's guest issue times, whatever the model's
+  own latency was for the op before;
+- closed loop (:func:`replay_closed`): op i+1 arrives the guest's gap after the model completed op i;
+- closed loop with delivery delay: as closed, each completion reaching the guest a delay later, drawn
+  from the delays FEMU's guest saw on the fill (:func:`delivery_delays`: sequential writes at queue
+  depth 1 on idle dies, where FEMU's timing model gives every write the same latency, so what the guest
+  saw beyond it is the emulator's: FEMU posts a completion when its poller next runs after the emulated
+  time, under TCG on cores shared with the vCPU and the host's load).
 
-Both put GC work on the dies the way FEMU does (hw/femu/bbssd/ftl-fdp.c with preset=femu): one
-background pass after each command, its reads, programs and erases queued on each LUN's
-next-available time from the command's time (FEMU charges them from the wall clock when the FTL
-thread runs the pass, right after the command, ftl-media.c:160, which is the command's time plus the
-FTL thread's processing); later host pages queue behind them.
+GC is timed alike on both (hw/femu/bbssd/ftl-fdp.c with preset=femu): one background pass after each
+command, its reads, programs and erases queued on each LUN's next-free time from the command's time
+(FEMU charges them from the wall clock when the FTL thread runs the pass right after the command,
+ftl-media.c:160); later host pages queue behind them. docs/guides/femu.md gives the figures.
 """
 
 from __future__ import annotations
