@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from tests.support.replay_fixtures import two_lifetimes
@@ -217,9 +216,10 @@ def test_kv_hints_on_femu_match_the_model(femu, tmp_path):
 
 def test_femus_guest_latency_is_the_models_plus_the_emulators_delivery_delay(femu):
     """The small device of scripts/bench_femu_lat.py (256 MiB on 2 x 4 dies, 1 MiB writes at queue depth 1, ~1 min):
-    the guest's clock spans the host's wall time; on the fill FEMU's guest sees at least the device's latency and
-    at the median more than twice it; the model in the guest's loop with the fill's delay gives FEMU's median
-    within 20% (saved runs: -12% to +3%), without it its mean is more than 15% short (saved: -24%)."""
+    the guest's clock spans the host's wall time; on the fill FEMU's guest never sees less than the device's
+    latency; the model in the guest's loop with the fill's delay gives FEMU's median within 20% (saved runs: -12%
+    to +3%) and comes closer to FEMU's mean than without the delay. How much the delay is depends on the host's
+    load (fill median 1.6x the device's at load average 3.6, 2.9x at 10), so no size is asserted here."""
     from testbed.femu import compare as C
     from testbed.femu import latency as L
 
@@ -231,6 +231,6 @@ def test_femus_guest_latency_is_the_models_plus_the_emulators_delivery_delay(fem
     print({k: (f[k], res["closed"][k], res["closed-delay"][k]) for k in ("p50", "p90", "mean", "span_s")})
     assert abs(f["span_s"] / f["host_wall_s"] - 1) < 0.02
     fill = run.lat_ns["fill"]
-    assert fill.min() >= 32 * 200_000 and np.median(fill) >= 2 * 32 * 200_000
+    assert fill.min() >= 32 * 200_000
     assert abs(res["closed-delay"]["p50"] / f["p50"] - 1) < 0.20
-    assert res["closed"]["mean"] < 0.85 * f["mean"]
+    assert abs(res["closed-delay"]["mean"] - f["mean"]) < abs(res["closed"]["mean"] - f["mean"])
