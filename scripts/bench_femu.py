@@ -8,6 +8,9 @@ overwrites) on two RUHs, persistently isolated (PI) and with FEMU's initially is
 Each runs on a FEMU guest (the FEMU binary `kvbed femu build` cached, the kvbed guest image, FDP
 statistics log before/after each phase), then the very same op arrays (and FEMU's guest issue times
 as arrivals) go to the model. The table is the overwrite phase (the fill phase has WAF 1 on both).
+The latency columns are not a comparison of the two devices: FEMU's guest latency includes the emulator's
+completion delivery under TCG, and the model takes FEMU's issue times open loop (scripts/bench_femu_lat.py
+and docs/guides/femu.md say why and compare them properly).
 
     python scripts/bench_femu.py                    # FEMU + model, every workload (~6 min under TCG)
     python scripts/bench_femu.py --only uniform-op25
@@ -40,6 +43,7 @@ def run(name: str, spec: C.Spec, femu: bool, log) -> dict:
         t0 = time.perf_counter()
         r = C.run_femu(spec.femu_params(), phases, name=f"bench-{name}", log=log)
         arrivals = r.pop("arrivals")
+        r.pop("lat_ns")  # per-op guest latencies: scripts/bench_femu_lat.py compares them
         r["wall_s"] = time.perf_counter() - t0
         out["femu"] = r
     for side, params in (("model_default", spec.default_params()), ("model_femu", spec.femu_params())):

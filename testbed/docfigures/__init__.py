@@ -9,6 +9,7 @@ from testbed.docfigures import (  # noqa: F401  (registration)
     demo,
     faults,
     femu_kv,
+    femu_lat,
     mooncake_content,
     mooncake_tiers,
     sharing,

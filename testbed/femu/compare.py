@@ -162,10 +162,12 @@ def run_model(params: list[str], phases: list[Phase], *, arrivals: dict[str, np.
 
 def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", log: Callable[[str], None] = print,
              chunk_ops: int = 4096, mem: str = "mem_bytes=512MiB", mdts: str = "mdts_bytes=1MiB",
-             keep_log: str | None = None) -> dict[str, Any]:
+             keep_log: str | None = None, on_up: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``phases`` on a FEMU guest started for the fdp device with ``params``; per phase FEMU's FDP
-    statistics (delta), the guest's write latency percentiles and wall seconds; plus the FEMU argv and
-    each phase's guest issue times (``arrivals``) for the model run. The VM is taken down afterwards."""
+    statistics (delta), the guest's write latency percentiles and wall seconds; plus the FEMU argv,
+    each phase's guest issue times (``arrivals``, for the model run) and the guest-measured latency of
+    each op (``lat_ns``). ``on_up(vm)`` runs once the VM is up, before the first phase. The VM is taken
+    down afterwards."""
     from testbed.vm.target import VmTarget
     from testbed.vm.vm import Vm
 
@@ -174,7 +176,10 @@ def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", l
     out: dict[str, Any] = {"params": list(params), "phases": {}, "boot_s": time.perf_counter() - t_boot,
                            "argv_device": [a for a in vm.state.argv if a.startswith("femu")]}
     arrivals: dict[str, np.ndarray] = {}
+    lats: dict[str, np.ndarray] = {}
     try:
+        if on_up:
+            on_up(vm)
         tg = VmTarget(vm, batch_ops=64, inflight=2, reply_timeout_s=600.0)
         block = tg.page_bytes * _pages_per_block(params)
         try:
@@ -184,6 +189,7 @@ def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", l
                 t0 = time.perf_counter()
                 n = len(ph.ops["op"])
                 issue = np.empty(n, np.int64)
+                lat = np.empty(n, np.int64)
                 for a in range(0, n, chunk_ops):
                     b = min(n, a + chunk_ops)
                     comp = tg.submit({k: v[a:b] for k, v in ph.ops.items()})
@@ -191,6 +197,7 @@ def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", l
                     if len(bad):
                         raise RuntimeError(f"FEMU refused op {a + bad[0]} of {ph.name}: status {comp.status[bad[0]]}")
                     issue[a:b] = comp.guest_done_ns - comp.lat_ns
+                    lat[a:b] = comp.lat_ns
                     if log and (b // chunk_ops) % 8 == 0:
                         log(f"  {ph.name}: {b}/{n} ops, {time.perf_counter() - t0:.0f} s")
                 dt = time.perf_counter() - t0
@@ -202,6 +209,7 @@ def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", l
                 fig["write_lat_ns"] = _hist_delta_percentiles(h0, hist.get("buckets"))
                 out["phases"][ph.name] = fig
                 arrivals[ph.name] = issue - issue[0] if n else issue
+                lats[ph.name] = lat
         finally:
             tg.close()
     finally:
@@ -211,6 +219,7 @@ def run_femu(params: list[str], phases: list[Phase], *, name: str = "femucmp", l
             shutil.copy(vm.state.file("qemu.log"), keep_log)
         vm.down()
     out["arrivals"] = arrivals
+    out["lat_ns"] = lats
     return out
 
 
