@@ -65,6 +65,7 @@ CLEAR_MEDIA = {"vllm": ("GPU",), "sglang": ("GPU", "CPU_PINNED")}
 
 GROUP_MIX = 0x9E3779B97F4A7C15
 U64 = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
 
 
 def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
@@ -104,7 +105,7 @@ class LifecycleMapper:
         self._place: dict[tuple, int] = {}  # (instance, group) -> table place
         self._groups: dict[str, list] = {}  # instance -> its groups, in order seen
         self._places: dict[str, np.ndarray] = {}  # instance -> its groups' places, in that order
-        self._mix: dict[int, int] = {}  # group -> content-key mix
+        self._known: dict[str, dict] = {}  # instance -> (medium, locality, group) -> (tier, place, name, mix)
         self._st = mk.new_state()
         self._last_ts = 0
         self.unknown_media: dict[str, int] = {}
@@ -177,13 +178,21 @@ class LifecycleMapper:
         """Map one batch of ``instance``; returns the lifecycle events it produced."""
         ts = max(int(batch.ts * 1e9), self._last_ts)
         self._last_ts = ts
-        before = int(self._st.cnt[mk.C_ROWS])
+        st = self._st
+        before = int(st.cnt[mk.C_ROWS])
         c = self.counts
-        seg: list = []
+        stored_d, removed_d = c["stored_blocks"], c["removed_blocks"]
+        known = self._known.get(instance)
+        if known is None:
+            known = self._known[instance] = {}
+        rows: list = []  # per event: the EventCols columns but h0, hs and places
+        hs: list = []
+        loras: list = []  # per event: the LoRA name of a store that names one (its scope may need making)
         for ev in batch.events:
-            if ev.kind == CLEARED:
-                self._run(instance, seg, ts)
-                seg = []
+            kind = ev.kind
+            if kind == CLEARED:
+                self._run(instance, rows, hs, loras, ts)
+                rows, hs, loras = [], [], []
                 c["cleared"] += 1
                 tiers = self.clear_tiers if ev.medium is None else (self._tier(ev.medium, ev.locality),)
                 for tier in tiers:
@@ -192,11 +201,51 @@ class LifecycleMapper:
                     for g in self._groups.get(instance, ()):
                         self._clear(instance, self._place[(instance, g)], tier, ts)
                 continue
-            tier = self._tier(ev.medium, ev.locality)
-            if tier is None:
+            k = (ev.medium, ev.locality, ev.group)
+            tp = known.get(k)
+            if tp is None:
+                tier = self._tier(ev.medium, ev.locality)
+                if tier is None:
+                    continue  # counted as an unknown medium, each time
+                g = ev.group
+                mix = (g * GROUP_MIX) & U64
+                tp = known[k] = (tier, self._place_of(instance, g), TIERS[tier],
+                                 mix - (1 << 64) if mix > I64_MAX else mix)
+            tier, place, tname, mix = tp
+            s = ev.session
+            sess = NO_ID if s is None else self._session(s)
+            n0 = len(hs)
+            hs += ev.hashes
+            if kind != STORED:
+                if tname not in removed_d:
+                    removed_d[tname] = 0
+                rows.append((mk.REMOVED_K, place, tier, n0, 0, 0, 0, -1, -1, sess, mix))
+                loras.append(None)
                 continue
-            seg.append((ev, tier, self._place_of(instance, ev.group)))
-        self._run(instance, seg, ts)
+            if tname not in stored_d:
+                stored_d[tname] = 0
+            b = ev.block_size
+            if b == 0:
+                c["placeholder_stores"] += len(ev.hashes)
+            elif b is None:
+                b = self.default_block
+            parent = ev.parent
+            lora, salt = ev.lora, ev.salt
+            extra = ev.extra
+            if extra and isinstance(extra, list) and (lora is None or (salt is None and parent is None)):
+                lora, salt = _extra_lora_salt(extra, lora, salt, parent is None)
+            tenant = -1 if salt is None else self._tenant(salt)
+            scope = -1
+            if lora is not None:
+                code = self._scope_code.get((instance, lora))
+                scope = mk.NEEDS_SCOPE if code is None else code
+            if parent is None:
+                rows.append((mk.STORED_K, place, tier, n0, b, 0, 0, tenant, scope, sess, mix))
+            else:
+                rows.append((mk.STORED_K, place, tier, n0, b, parent - (1 << 64) if parent > I64_MAX else parent, 1,
+                             tenant, scope, sess, mix))
+            loras.append(lora)
+        self._run(instance, rows, hs, loras, ts)
         st = self._st
         c["objects"] = int(st.cnt[mk.C_OBJS])
         c["repeat_stores"] = int(st.cnt[mk.C_REPEAT])
@@ -204,68 +253,21 @@ class LifecycleMapper:
         c["placeholder_stores_default_size"] = int(st.cnt[mk.C_DEFAULT_SIZE])
         return int(st.cnt[mk.C_ROWS]) - before
 
-    def _run(self, instance: str, seg: list, ts: int) -> None:
-        """Map ``seg`` ((event, tier, place) of one instance, no clears) through the kernel."""
-        if not seg:
+    def _run(self, instance: str, rows: list, hs: list, loras: list, ts: int) -> None:
+        """Map one instance's events (``rows`` as ``feed`` makes them, no clears) through the kernel."""
+        if not rows:
             return
-        n = len(seg)
-        kind = np.empty(n, np.int8)
-        place = np.empty(n, np.int64)
-        tier = np.empty(n, np.int64)
+        n = len(rows)
+        a = np.array(rows, np.int64).T.copy()  # one contiguous column per field
         h0 = np.empty(n + 1, np.int64)
-        bs = np.zeros(n, np.int64)
-        parent = np.zeros(n, np.uint64)
-        has_parent = np.zeros(n, np.uint8)
-        tenant = np.full(n, -1, np.int64)
-        scope = np.full(n, -1, np.int64)
-        session = np.empty(n, np.int64)
-        mix = np.zeros(n, np.uint64)
-        hs: list = []
-        loras: list = [None] * n
-        c = self.counts
-        stored_d, removed_d = c["stored_blocks"], c["removed_blocks"]
-        scope_code = self._scope_code
-        for e, (ev, t, p) in enumerate(seg):
-            place[e], tier[e] = p, t
-            h0[e] = len(hs)
-            hs += ev.hashes
-            session[e] = self._session(ev.session)
-            tname = TIERS[t]
-            if ev.kind != STORED:
-                kind[e] = mk.REMOVED_K
-                removed_d.setdefault(tname, 0)
-                continue
-            kind[e] = mk.STORED_K
-            stored_d.setdefault(tname, 0)
-            b = ev.block_size
-            if b == 0:
-                c["placeholder_stores"] += len(ev.hashes)
-            elif b is None:
-                b = self.default_block
-            bs[e] = b
-            if ev.parent is not None:
-                parent[e], has_parent[e] = ev.parent, 1
-            lora, salt = ev.lora, ev.salt
-            extra = ev.extra
-            if extra and isinstance(extra, list) and (lora is None or (salt is None and ev.parent is None)):
-                lora, salt = _extra_lora_salt(extra, lora, salt, ev.parent is None)
-            if salt is not None:
-                tenant[e] = self._tenant(salt)
-            if lora is not None:
-                loras[e] = lora
-                code = scope_code.get((instance, lora))
-                scope[e] = mk.NEEDS_SCOPE if code is None else code
-            if ev.group:
-                m = self._mix.get(ev.group)
-                if m is None:
-                    m = self._mix[ev.group] = (ev.group * GROUP_MIX) & U64
-                mix[e] = m
+        h0[:n] = a[3]
         h0[n] = len(hs)
         st = self._st = mk.ensure(self._st, len(hs))
-        code = scope_code.get((instance, None))
+        code = self._scope_code.get((instance, None))
         st.default_scope[0] = mk.NEEDS_SCOPE if code is None else code
-        cols = mk.EventCols(ts, kind, place, tier, h0, np.array(hs, np.uint64), bs, parent, has_parent, tenant,
-                            scope, session, mix, self._places[instance])
+        scope = a[8]
+        cols = mk.EventCols(ts, a[0], a[1], a[2], h0, np.array(hs, np.uint64), a[4], a[5], a[6], a[7], scope, a[9],
+                            a[10], self._places[instance])
         start = 0
         while True:
             start = mk.map_events(cols, st, start, self.bpt, self.default_block)
@@ -278,7 +280,8 @@ class LifecycleMapper:
                 st.default_scope[0] = code
             else:
                 scope[[i for i in range(n) if loras[i] == lora]] = code
-        for k, d in ((0, stored_d), (1, removed_d)):
+        c = self.counts
+        for k, d in ((0, c["stored_blocks"]), (1, c["removed_blocks"])):
             row = st.blocks[k]
             for t in np.flatnonzero(row):
                 d[TIERS[t]] += int(row[t])
@@ -294,11 +297,9 @@ class LifecycleMapper:
         hashes = st.tab[sel[np.argsort(oids, kind="stable")], mk.T_KEY].view(np.uint64)
         n = len(hashes)
         st = self._st = mk.ensure(st, n)
-        cols = mk.EventCols(ts, np.full(1, mk.REMOVED_K, np.int8), np.full(1, place, np.int64),
-                            np.full(1, tier, np.int64), np.array([0, n], np.int64), hashes, np.zeros(1, np.int64),
-                            np.zeros(1, np.uint64), np.zeros(1, np.uint8), np.full(1, -1, np.int64),
-                            np.full(1, -1, np.int64), np.full(1, NO_ID, np.int64), np.zeros(1, np.uint64),
-                            self._places[instance])
+        one = lambda v: np.full(1, v, np.int64)  # noqa: E731
+        cols = mk.EventCols(ts, one(mk.REMOVED_K), one(place), one(tier), np.array([0, n], np.int64), hashes, one(0),
+                            one(0), one(0), one(-1), one(-1), one(NO_ID), one(0), self._places[instance])
         self.counts["removed_blocks"].setdefault(TIERS[tier], 0)
         mk.map_events(cols, st, 0, self.bpt, self.default_block)
         row = st.blocks[1]

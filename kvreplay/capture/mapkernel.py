@@ -40,18 +40,18 @@ class EventCols(NamedTuple):
     """One batch's events of one instance with a known tier (read-only). E events, H block hashes."""
 
     ts: int  # the batch's time, ns
-    kind: np.ndarray  # int8[E]    STORED_K | REMOVED_K
+    kind: np.ndarray  # int64[E]   STORED_K | REMOVED_K
     place: np.ndarray  # int64[E]  table place of the event's (instance, KV cache group)
     tier: np.ndarray  # int64[E]   tier code (schema.TIER)
     h0: np.ndarray  # int64[E+1]   the event's hashes are hs[h0[e]:h0[e+1]]
     hs: np.ndarray  # uint64[H]    block hashes, in event order
     bs: np.ndarray  # int64[E]     tokens per block (0: placeholder store)
-    parent: np.ndarray  # uint64[E]  parent_block_hash (stores)
-    has_parent: np.ndarray  # uint8[E]  1 if the event names a parent
+    parent: np.ndarray  # int64[E]  parent_block_hash (stores; the uint64's bits)
+    has_parent: np.ndarray  # int64[E]  1 if the event names a parent
     tenant: np.ndarray  # int64[E]  the tenant the event names, -1: none (the chain's, else 0)
     scope: np.ndarray  # int64[E]   the scope the event names (NEEDS_SCOPE: not made yet), -1: none
     session: np.ndarray  # int64[E]  session code (schema.NO_ID: none)
-    mix: np.ndarray  # uint64[E]   the content-key mix of the event's group (key = hash ^ mix)
+    mix: np.ndarray  # int64[E]    the content-key mix of the event's group (key = hash ^ mix; the uint64's bits)
     places: np.ndarray  # int64[G]  the instance's places in the order its groups were seen (chain lookup)
 
 
@@ -77,7 +77,8 @@ def _new_tab(m: int) -> np.ndarray:
 
 
 def new_state(objects: int = 1 << 16, slots: int = 1 << 17, rows: int = 1 << 17) -> MapState:
-    return MapState(tab=_new_tab(1 << max(4, int(slots - 1).bit_length())), obj=np.zeros((max(objects, 2), 6), np.int64),
+    tab = _new_tab(1 << max(4, int(slots - 1).bit_length()))
+    return MapState(tab=tab, obj=np.zeros((max(objects, 2), 6), np.int64),
                     rows=np.zeros((NCOLS, max(rows, 1)), np.int64), cnt=np.zeros(6, np.int64),
                     blocks=np.zeros((2, 8), np.int64), default_scope=np.full(1, NEEDS_SCOPE, np.int64))
 
@@ -170,7 +171,7 @@ def map_events(ev, st, start, bpt, default_block):
         bs = ev.bs[e]
         placeholder = bs == 0
         parent = np.int64(0)
-        phash = np.int64(ev.parent[e])
+        phash = ev.parent[e]
         if ev.has_parent[e]:
             parent = _find(st, place, phash)
         chain = parent
@@ -216,7 +217,7 @@ def map_events(ev, st, start, bpt, default_block):
                 oid = cnt[C_OBJS] + 1
                 cnt[C_OBJS] = oid
                 tab[i, T_OBJ] = oid
-                key = np.int64(hs[j] ^ mix)
+                key = h ^ mix
                 obj[oid, O_MASK], obj[oid, O_NB], obj[oid, O_PAR] = bit, row_nb, parent
                 obj[oid, O_TEN], obj[oid, O_SCO], obj[oid, O_KEY] = row_ten, row_sco, key
                 _row(st, ts, OP_CREATE, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key)
@@ -237,8 +238,7 @@ def map_events(ev, st, start, bpt, default_block):
 
 def empty_cols(places: np.ndarray) -> EventCols:
     z = np.zeros(0, np.int64)
-    return EventCols(0, np.zeros(0, np.int8), z, z, np.zeros(1, np.int64), np.zeros(0, np.uint64), z,
-                     np.zeros(0, np.uint64), np.zeros(0, np.uint8), z, z, z, np.zeros(0, np.uint64), places)
+    return EventCols(0, z, z, z, np.zeros(1, np.int64), np.zeros(0, np.uint64), z, z, z, z, z, z, z, places)
 
 
 def warm() -> None:
