@@ -214,7 +214,7 @@ class LiveCapture:
             extra["raw"] = str(self.raw_path)
         meta = build_meta(self.p, self.endpoints, self.replay, self.engine, self.session, self.mapper, self.media,
                           extra)
-        ck.flush(self.mapper.take(), meta, self.mapper.tenants, self.mapper.scopes)
+        ck.flush(self.mapper.take(), meta, self.mapper.tenants, self.mapper.scopes, wait=final)
 
     def _live(self, elapsed: float, last_seen: list[float], now: float) -> dict[str, Any]:
         f = self.session.facts()
