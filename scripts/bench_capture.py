@@ -171,6 +171,7 @@ def compare(a: dict, d: str) -> None:
 
     trees = {"old": a.old.resolve(), "new": ROOT}
     port = 27000
+    saved: dict = {}
     for rate in (float(x) for x in a.rates.split(",")):
         runs: dict[str, list] = {k: [] for k in trees}
         for name, tree in trees.items():  # warm-up: numba caches filled, not counted
@@ -200,6 +201,12 @@ def compare(a: dict, d: str) -> None:
             child(tree, "--import-raw", raw, "--out", str(outs[name]))
         same = pq.read_table(outs["old"]).equals(pq.read_table(outs["new"]))
         print(f"  raw file of the last new run imported by both trees: trace tables identical: {same}")
+        saved[f"{rate:.0f}"] = {"load": load, "runs": runs, "same_trace": same}
+    out = ROOT / ".cache" / "bench" / "bench_capture.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"seconds": a.seconds, "trees": {k: str(v) for k, v in trees.items()},
+                               "rates": saved}, indent=1))
+    print(f"saved {out}")
 
 
 def main() -> None:
