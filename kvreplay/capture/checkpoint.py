@@ -6,10 +6,16 @@ a new file - the previous flush's row groups copied as stored, plus one row grou
 the trace of the last completed flush. Copying costs time proportional to the file, so the interval
 between flushes grows to keep copying at most ``1/overhead`` of the wall time: seconds for any
 capture of minutes at 100k events/s, longer for hour-long captures at full rate.
+
+A live capture flushes in a background thread (``flush(..., wait=False)``): the receive loop goes on
+taking messages while pyarrow encodes and copies (without the GIL); one flush at a time, the next not
+due until the last one ended, the final one waits for it. An error in the background flush is raised
+in the caller at its next ``due()``, ``flush()`` or ``wait()``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -26,12 +32,44 @@ class CheckpointWriter:
         self.flush_seconds = 0.0
         self._interval = flush_s
         self._last = time.monotonic()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def due(self) -> bool:
+        if self._thread is not None:
+            if self._thread.is_alive():
+                return False
+            self.wait()
         return time.monotonic() - self._last >= self._interval
 
-    def flush(self, batch: EventBatch, meta: TraceMeta, tenants: list[str], scopes: list[str]) -> None:
-        """Rewrite the output with ``batch`` appended (an empty batch still refreshes the metadata)."""
+    def wait(self) -> None:
+        """Wait for a background flush; raise its error, if it had one."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def flush(self, batch: EventBatch, meta: TraceMeta, tenants: list[str], scopes: list[str],
+              wait: bool = True) -> None:
+        """Rewrite the output with ``batch`` appended (an empty batch still refreshes the metadata); with
+        ``wait=False`` in a background thread, after the one before it."""
+        self.wait()
+        if wait:
+            self._write(batch, meta, list(tenants), list(scopes))
+            return
+        self._thread = threading.Thread(target=self._background, args=(batch, meta, list(tenants), list(scopes)),
+                                        name="kvbed-capture-flush", daemon=True)
+        self._thread.start()
+
+    def _background(self, *args) -> None:
+        try:
+            self._write(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the capture thread by wait()
+            self._error = exc
+
+    def _write(self, batch: EventBatch, meta: TraceMeta, tenants: list[str], scopes: list[str]) -> None:
         t0 = time.monotonic()
         w = TraceWriter(self.path, meta, tenants=tenants, scopes=scopes or ["default"],
                         row_group_rows=max(batch.n, 1))

@@ -38,6 +38,11 @@ first in each block's ``extra_keys``); tenant = the cache salt: SGLang's ``cache
 only the first block of a chain carries (the string after the LoRA name in that block's extra keys).
 session_id = the event's session id (ints kept, strings numbered from 0 in order seen).
 Timestamps are the engine's batch times, clamped to never go backwards across publishers.
+
+Speed: what is per event (tier, KV cache group, size, named tenant and scope, session) is resolved in Python,
+one pass per batch; the per-block loop is one call of the numba kernel
+:func:`kvreplay.capture.mapkernel.map_events` per batch (tests/kvreplay/capture/test_mapkernel.py holds it to
+the plain-Python mapper it replaced). ``python scripts/bench_capture.py`` measures it.
 """
 
 from __future__ import annotations
@@ -46,9 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from kvreplay.capture import mapkernel as mk
 from kvreplay.capture.wire import CLEARED, STORED, Batch
-from kvreplay.schema import (NO_ID, OP_COMMIT, OP_CREATE, OP_DELETE, OP_EVICT, OP_PERSIST, TIER, TIERS, EventBatch,
-                             make_batch)
+from kvreplay.schema import NO_ID, TIER, TIERS, EventBatch, make_batch
 from kvbed.core.errors import KvbedError
 
 #: engine medium names -> kvbed tiers. vLLM 0.34: GPU, CPU, STORAGE (file and object-store tiers, told
@@ -66,7 +71,6 @@ CLEAR_MEDIA = {"vllm": ("GPU",), "sglang": ("GPU", "CPU_PINNED")}
 GROUP_MIX = 0x9E3779B97F4A7C15
 U64 = (1 << 64) - 1
 I64_MAX = (1 << 63) - 1
-NCOLS = 11  # ts, op, obj, parent, tier, nbytes, ntokens, tenant, scope, session, key
 
 
 def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
@@ -85,7 +89,10 @@ def medium_map(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
 
 
 class LifecycleMapper:
-    """Stateful: feed decoded batches per instance in sequence order, take EventBatches out."""
+    """Stateful: feed decoded batches per instance in sequence order, take EventBatches out.
+
+    Per event (tier, table, size, named tenant and scope, session) in Python; the per-block loop is
+    :func:`kvreplay.capture.mapkernel.map_events`, one call per batch."""
 
     def __init__(self, bytes_per_token: int, tokens_per_block: int, media: dict[str, str] | None = None,
                  engine: str = "vllm"):
@@ -100,11 +107,11 @@ class LifecycleMapper:
         self._scope_code: dict[tuple, int] = {}
         self._session_code: dict[str, int] = {}
         self._tier_of: dict[tuple, int | None] = {}
-        self._ids: dict[tuple, dict[int, int]] = {}  # (instance, group) -> block hash -> object id (last one made)
+        self._place: dict[tuple, int] = {}  # (instance, group) -> table place
         self._groups: dict[str, list] = {}  # instance -> its groups, in order seen
-        self._mask: list[int] = [0]  # per object id: bit t set while tier t holds a copy
-        self._obj: list[tuple] = [(0, 0, 0, 0, 0)]  # per object id: (nbytes, parent, tenant, scope, key) when made
-        self._rows: list[int] = []  # NCOLS ints per lifecycle event, flat (one numpy conversion per take)
+        self._places: dict[str, np.ndarray] = {}  # instance -> its groups' places, in that order
+        self._known: dict[str, dict] = {}  # instance -> (medium, locality, group) -> (tier, place, name, mix)
+        self._st = mk.new_state()
         self._last_ts = 0
         self.unknown_media: dict[str, int] = {}
         self.counts = {"stored_blocks": {}, "removed_blocks": {}, "cleared": 0, "repeat_stores": 0,
@@ -162,144 +169,162 @@ class LifecycleMapper:
     def session_names(self) -> dict[str, int]:
         return dict(self._session_code)
 
-    def _ids_of(self, instance: str, group: int) -> dict[int, int]:
-        ids = self._ids.get((instance, group))
-        if ids is None:
-            ids = self._ids[(instance, group)] = {}
+    def _place_of(self, instance: str, group: int) -> int:
+        p = self._place.get((instance, group))
+        if p is None:
+            p = self._place[(instance, group)] = len(self._place)
             self._groups.setdefault(instance, []).append(group)
-        return ids
+            self._places[instance] = np.array([self._place[(instance, g)] for g in self._groups[instance]],
+                                              np.int64)
+        return p
 
     # ------------------------------------------------------------------ mapping
     def feed(self, instance: str, batch: Batch) -> int:
         """Map one batch of ``instance``; returns the lifecycle events it produced."""
         ts = max(int(batch.ts * 1e9), self._last_ts)
         self._last_ts = ts
-        rows = self._rows
-        before = len(rows)
+        st = self._st
+        before = int(st.cnt[mk.C_ROWS])
         c = self.counts
+        stored_d, removed_d = c["stored_blocks"], c["removed_blocks"]
+        known = self._known.get(instance)
+        if known is None:
+            known = self._known[instance] = {}
+        rows: list = []  # per event: the EventCols columns but h0, hs and places
+        hs: list = []
+        loras: list = []  # per event: the LoRA name of a store that names one (its scope may need making)
         for ev in batch.events:
-            if ev.kind == CLEARED:
+            kind = ev.kind
+            if kind == CLEARED:
+                self._run(instance, rows, hs, loras, ts)
+                rows, hs, loras = [], [], []
                 c["cleared"] += 1
                 tiers = self.clear_tiers if ev.medium is None else (self._tier(ev.medium, ev.locality),)
                 for tier in tiers:
                     if tier is None:
                         continue
                     for g in self._groups.get(instance, ()):
-                        ids = self._ids[(instance, g)]
-                        bit = 1 << tier
-                        mask = self._mask
-                        hashes = [h for _, h in sorted((o, h) for h, o in ids.items() if mask[o] & bit)]  # id order
-                        self._remove(ids, hashes, tier, None, ts)
+                        self._clear(instance, self._place[(instance, g)], tier, ts)
                 continue
-            tier = self._tier(ev.medium, ev.locality)
-            if tier is None:
+            k = (ev.medium, ev.locality, ev.group)
+            tp = known.get(k)
+            if tp is None:
+                tier = self._tier(ev.medium, ev.locality)
+                if tier is None:
+                    continue  # counted as an unknown medium, each time
+                g = ev.group
+                mix = (g * GROUP_MIX) & U64
+                tp = known[k] = (tier, self._place_of(instance, g), TIERS[tier],
+                                 mix - (1 << 64) if mix > I64_MAX else mix)
+            tier, place, tname, mix = tp
+            s = ev.session
+            sess = NO_ID if s is None else self._session(s)
+            n0 = len(hs)
+            hs += ev.hashes
+            if kind != STORED:
+                if tname not in removed_d:
+                    removed_d[tname] = 0
+                rows.append((mk.REMOVED_K, place, tier, n0, 0, 0, 0, -1, -1, sess, mix))
+                loras.append(None)
                 continue
-            ids = self._ids_of(instance, ev.group)
-            if ev.kind == STORED:
-                self._store(instance, ids, ev, tier, ts)
+            if tname not in stored_d:
+                stored_d[tname] = 0
+            b = ev.block_size
+            if b == 0:
+                c["placeholder_stores"] += len(ev.hashes)
+            elif b is None:
+                b = self.default_block
+            parent = ev.parent
+            lora, salt = ev.lora, ev.salt
+            extra = ev.extra
+            if extra and isinstance(extra, list) and (lora is None or (salt is None and parent is None)):
+                lora, salt = _extra_lora_salt(extra, lora, salt, parent is None)
+            tenant = -1 if salt is None else self._tenant(salt)
+            scope = -1
+            if lora is not None:
+                code = self._scope_code.get((instance, lora))
+                scope = mk.NEEDS_SCOPE if code is None else code
+            if parent is None:
+                rows.append((mk.STORED_K, place, tier, n0, b, 0, 0, tenant, scope, sess, mix))
             else:
-                self._remove(ids, ev.hashes, tier, ev.session, ts)
-        c["objects"] = len(self._mask) - 1
-        return (len(rows) - before) // NCOLS
+                rows.append((mk.STORED_K, place, tier, n0, b, parent - (1 << 64) if parent > I64_MAX else parent, 1,
+                             tenant, scope, sess, mix))
+            loras.append(lora)
+        self._run(instance, rows, hs, loras, ts)
+        st = self._st
+        c["objects"] = int(st.cnt[mk.C_OBJS])
+        c["repeat_stores"] = int(st.cnt[mk.C_REPEAT])
+        c["removes_of_absent_blocks"] = int(st.cnt[mk.C_ABSENT])
+        c["placeholder_stores_default_size"] = int(st.cnt[mk.C_DEFAULT_SIZE])
+        return int(st.cnt[mk.C_ROWS]) - before
 
-    def _store(self, instance: str, ids: dict, ev: Any, tier: int, ts: int) -> None:
-        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
-        bit = 1 << tier
-        bs = ev.block_size
-        placeholder = bs == 0
-        if placeholder:
-            c["placeholder_stores"] += len(ev.hashes)
-        elif bs is None:
-            bs = self.default_block
-        parent = 0 if ev.parent is None else ids.get(ev.parent, 0)
-        chain = parent
-        if not chain and ev.parent is not None:  # a group that did not hold the parent (sliding window): the
-            for g in self._groups.get(instance, ()):  # request chain is the same in every group
-                chain = self._ids[(instance, g)].get(ev.parent, 0)
-                if chain:
-                    break
-        lora, salt = ev.lora, ev.salt
-        extra = ev.extra
-        if extra and isinstance(extra, list) and (lora is None or (salt is None and ev.parent is None)):
-            lora, salt = _extra_lora_salt(extra, lora, salt, ev.parent is None)
-        if chain and (lora is None or salt is None):  # a chain goes on: its tenant and scope, unless named here
-            _, _, p_ten, p_sco, _ = obj[chain]
-            tenant = self._tenant(salt) if salt is not None else p_ten
-            scope = self._scope(instance, lora) if lora is not None else p_sco
-        else:
-            tenant = self._tenant(salt)
-            scope = self._scope(instance, lora)
-        nbytes = bs * self.bpt if not placeholder else 0
-        sess = self._session(ev.session)
-        mix = (ev.group * GROUP_MIX) & U64
-        stored = 0
-        for h in ev.hashes:
-            oid = ids.get(h)
-            if oid is None or mask[oid] == 0:
-                if placeholder:  # geometry (and chain) of the block's device-side store, if it was seen
-                    if oid is not None:
-                        nb, _, o_ten, o_sco, _ = obj[oid]
-                        o_bs = nb // self.bpt
-                    else:
-                        c["placeholder_stores_default_size"] += 1
-                        o_bs, o_ten, o_sco = self.default_block, tenant, scope
-                        nb = o_bs * self.bpt
-                    row_bs, row_nb, row_ten, row_sco = o_bs, nb, o_ten, o_sco
-                else:
-                    row_bs, row_nb, row_ten, row_sco = bs, nbytes, tenant, scope
-                oid = len(mask)
-                ids[h] = oid
-                mask.append(bit)
-                key = h ^ mix
-                if key > I64_MAX:  # the rows are int64: the uint64 key as the int64 of the same bits
-                    key -= 1 << 64
-                obj.append((row_nb, parent, row_ten, row_sco, key))
-                add((ts, OP_CREATE, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key,
-                     ts, OP_COMMIT, oid, parent, tier, row_nb, row_bs, row_ten, row_sco, sess, key))
-                stored += 1
-            elif mask[oid] & bit:
-                c["repeat_stores"] += 1
+    def _run(self, instance: str, rows: list, hs: list, loras: list, ts: int) -> None:
+        """Map one instance's events (``rows`` as ``feed`` makes them, no clears) through the kernel."""
+        if not rows:
+            return
+        n = len(rows)
+        a = np.array(rows, np.int64).T.copy()  # one contiguous column per field
+        h0 = np.empty(n + 1, np.int64)
+        h0[:n] = a[3]
+        h0[n] = len(hs)
+        st = self._st = mk.ensure(self._st, len(hs))
+        code = self._scope_code.get((instance, None))
+        st.default_scope[0] = mk.NEEDS_SCOPE if code is None else code
+        scope = a[8]
+        cols = mk.EventCols(ts, a[0], a[1], a[2], h0, np.array(hs, np.uint64), a[4], a[5], a[6], a[7], scope, a[9],
+                            a[10], self._places[instance])
+        start = 0
+        while True:
+            start = mk.map_events(cols, st, start, self.bpt, self.default_block)
+            if start == mk.ALL_DONE:
+                break
+            # a store whose scope is made now, in the order the stores ask for scopes
+            lora = loras[start]
+            code = self._scope(instance, lora)
+            if lora is None:
+                st.default_scope[0] = code
             else:
-                mask[oid] |= bit
-                nb, par, ten, sco, key = obj[oid]
-                add((ts, OP_PERSIST, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
-                stored += 1
-            parent = oid
-        d = c["stored_blocks"]
-        tname = TIERS[tier]
-        d[tname] = d.get(tname, 0) + stored
+                scope[[i for i in range(n) if loras[i] == lora]] = code
+        c = self.counts
+        for k, d in ((0, c["stored_blocks"]), (1, c["removed_blocks"])):
+            row = st.blocks[k]
+            for t in np.flatnonzero(row):
+                d[TIERS[t]] += int(row[t])
+            row[:] = 0
 
-    def _remove(self, ids: dict, hashes: list, tier: int, session: Any, ts: int) -> None:
-        add, mask, obj, c = self._rows.extend, self._mask, self._obj, self.counts
-        bit = 1 << tier
-        sess = self._session(session)
-        removed = 0
-        for h in hashes:
-            oid = ids.get(h)
-            if oid is None or not mask[oid] & bit:
-                c["removes_of_absent_blocks"] += 1
-                continue
-            m = mask[oid] & ~bit
-            mask[oid] = m
-            nb, par, ten, sco, key = obj[oid]
-            add((ts, OP_EVICT if m else OP_DELETE, oid, par, tier, nb, nb // self.bpt, ten, sco, sess, key))
-            removed += 1
-        d = c["removed_blocks"]
-        tname = TIERS[tier]
-        d[tname] = d.get(tname, 0) + removed
+    def _clear(self, instance: str, place: int, tier: int, ts: int) -> None:
+        """Remove every copy in ``tier`` of the objects of one (instance, group), in object order."""
+        st = self._st
+        sel = np.flatnonzero(st.tab[:, mk.T_PLACE] == place)
+        oids = st.tab[sel, mk.T_OBJ]
+        live = (st.obj[oids, mk.O_MASK] & (1 << tier)) != 0
+        sel, oids = sel[live], oids[live]
+        hashes = st.tab[sel[np.argsort(oids, kind="stable")], mk.T_KEY].view(np.uint64)
+        n = len(hashes)
+        st = self._st = mk.ensure(st, n)
+        one = lambda v: np.full(1, v, np.int64)  # noqa: E731
+        cols = mk.EventCols(ts, one(mk.REMOVED_K), one(place), one(tier), np.array([0, n], np.int64), hashes, one(0),
+                            one(0), one(0), one(-1), one(-1), one(NO_ID), one(0), self._places[instance])
+        self.counts["removed_blocks"].setdefault(TIERS[tier], 0)
+        mk.map_events(cols, st, 0, self.bpt, self.default_block)
+        row = st.blocks[1]
+        self.counts["removed_blocks"][TIERS[tier]] += int(row[tier])
+        row[:] = 0
 
     def pending(self) -> int:
-        return len(self._rows) // NCOLS
+        return int(self._st.cnt[mk.C_ROWS])
 
     def take(self) -> EventBatch:
         """The events mapped since the last take, as one batch (sorted: times never go backwards)."""
-        rows, self._rows = self._rows, []
-        if not rows:
+        st = self._st
+        n = int(st.cnt[mk.C_ROWS])
+        if not n:
             return EventBatch.empty()
-        a = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, NCOLS)
-        return make_batch(ts_ns=a[:, 0], op=a[:, 1], obj_id=a[:, 2], parent_id=a[:, 3], tier=a[:, 4],
-                          nbytes=a[:, 5], ntokens=a[:, 6], tenant=a[:, 7], scope=a[:, 8], session_id=a[:, 9],
-                          content_key=a[:, 10].view(np.uint64))
+        a = st.rows[:, :n]  # handed over: the next rows go to a fresh array (pages only touched as written)
+        self._st = st._replace(rows=np.zeros(st.rows.shape, np.int64))
+        st.cnt[mk.C_ROWS] = 0
+        return make_batch(ts_ns=a[0], op=a[1], obj_id=a[2], parent_id=a[3], tier=a[4], nbytes=a[5], ntokens=a[6],
+                          tenant=a[7], scope=a[8], session_id=a[9], content_key=a[10].view(np.uint64))
 
 
 def _extra_lora_salt(extra: list, lora: str | None, salt: str | None, chain_head: bool) -> tuple:

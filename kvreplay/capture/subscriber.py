@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import zmq
 
+from kvreplay.capture import mapkernel
 from kvreplay.capture.checkpoint import CheckpointWriter
 from kvreplay.capture.lifecycle import LifecycleMapper
 from kvreplay.capture.params import CaptureParams
@@ -85,6 +86,7 @@ class LiveCapture:
 
         self.media = dict(media or MEDIA)
         self.mapper = LifecycleMapper(params.bytes_per_token, params.tokens_per_block, self.media, engine)
+        mapkernel.warm()  # the mapping kernels loaded before subscribing, not while the first batches queue up
         # through self.warn at call time: a caller that sets ``warn`` after construction is heard too
         self.session = CaptureSession(self.endpoints, self.mapper, params.topic, lambda s: self.warn(s))
 
@@ -212,7 +214,7 @@ class LiveCapture:
             extra["raw"] = str(self.raw_path)
         meta = build_meta(self.p, self.endpoints, self.replay, self.engine, self.session, self.mapper, self.media,
                           extra)
-        ck.flush(self.mapper.take(), meta, self.mapper.tenants, self.mapper.scopes)
+        ck.flush(self.mapper.take(), meta, self.mapper.tenants, self.mapper.scopes, wait=final)
 
     def _live(self, elapsed: float, last_seen: list[float], now: float) -> dict[str, Any]:
         f = self.session.facts()

@@ -212,16 +212,68 @@ class _MapBatch(msgspec.Struct):
 
 _fast_array = msgspec.msgpack.Decoder(_ArrayBatch)
 _fast_map = msgspec.msgpack.Decoder(_MapBatch)
+
+
+# The fastest path: the same shapes with every block hash a uint64 int (vLLM's int hashes, SGLang's after the
+# sign fix), checked by msgspec instead of per hash in Python. Tried first while it keeps working; a stream
+# whose hashes are bytes or signed falls back to the path above and tries again only every _STRICT_RETRY
+# messages, so it pays the failed attempt rarely.
+_U64 = Annotated[int, msgspec.Meta(ge=0)]  # msgpack has no int above 2**64 - 1
+
+
+class _StoredU64(msgspec.Struct, tag_field="type", tag="BlockStored", gc=False):
+    block_hashes: list[_U64]
+    parent_block_hash: int | bytes | None = None
+    block_size: _Size | None = None
+    lora_id: Any = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: Any = None
+    group_idx: _Size | None = None
+    locality: Any = None
+    cache_salt: Any = None
+    session_id: Any = None
+
+
+class _RemovedU64(msgspec.Struct, tag_field="type", tag="BlockRemoved", gc=False):
+    block_hashes: list[_U64]
+    medium: str | None = None
+    group_idx: _Size | None = None
+    locality: Any = None
+    cache_salt: Any = None
+    session_id: Any = None
+
+
+class _ArrayBatchU64(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[_StoredU64 | _RemovedU64 | _Cleared]
+    dp_rank: Any = None
+
+
+_strict_array = msgspec.msgpack.Decoder(_ArrayBatchU64)
+_STRICT_RETRY = 256
+_strict_wait = [0]  # messages to go before the strict decoder is tried again
 _MAP_HEADS = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}  # msgpack fixmap, map16, map32
 
 
 def _fast_batch(payload: bytes) -> Batch | None:
+    checked = False  # every block hash known to be a uint64 int
     try:
         if payload and payload[0] in _MAP_HEADS:
             b = _fast_map.decode(payload)
             rank = b.attn_dp_rank if b.data_parallel_rank is msgspec.UNSET else b.data_parallel_rank
         else:
-            b = _fast_array.decode(payload)
+            b = None
+            if _strict_wait[0] == 0:
+                try:
+                    b = _strict_array.decode(payload)
+                    checked = True
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    _strict_wait[0] = _STRICT_RETRY
+            else:
+                _strict_wait[0] -= 1
+            if b is None:
+                b = _fast_array.decode(payload)
             rank = b.dp_rank
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
@@ -231,15 +283,16 @@ def _fast_batch(payload: bytes) -> Batch | None:
             out.append(Event(CLEARED, [], None, None, e.medium, None, None, None, None, 0, None))
             continue
         hs = e.block_hashes
-        for h in hs:  # as _hashes: non-negative 64-bit ints kept as they are
-            if type(h) is not int or h < 0 or h > U64:
-                hs = [_hash(x) for x in hs]
-                break
+        if not checked:
+            for h in hs:  # as _hashes: non-negative 64-bit ints kept as they are
+                if type(h) is not int or h < 0 or h > U64:
+                    hs = [_hash(x) for x in hs]
+                    break
         loc = e.locality
         if loc is not None:
             loc = str(loc).upper()
         group = e.group_idx or 0
-        if type(e) is _Removed:
+        if type(e) is _Removed or type(e) is _RemovedU64:
             out.append(Event(REMOVED, hs, None, None, e.medium, None, None, e.cache_salt, e.session_id, group, loc))
             continue
         lora = e.lora_name

@@ -324,3 +324,22 @@ def test_decode_errors_name_the_problem():
     assert b.events[0].medium == "CPU" and b.dp_rank == 3
     big = decode_batch(msgspec.msgpack.encode([1.0, [["BlockRemoved", [b"\x01" * 8 + (2**64 - 1).to_bytes(8, "big")]]]]))
     assert big.events[0].hashes == [2**64 - 1]
+
+
+def test_the_checked_hash_decoder_and_its_fallback_decode_as_the_generic_path():
+    """Array batches with all-uint64 hashes take a decoder that checks them in msgspec; bytes or signed hashes
+    send the stream back to the per-hash path for a while. Either way a batch decodes as the generic
+    (per-event Python) decoder decodes it."""
+    import msgspec
+
+    from kvreplay.capture import wire
+
+    def ev(hs, kind="BlockStored"):
+        return {"type": kind, "block_hashes": hs, "parent_block_hash": None, "block_size": 16, "medium": "GPU"}
+
+    shapes = [[ev([1, 2**64 - 1])], [ev([b"\x00" * 24 + (7).to_bytes(8, "big")])], [ev([-5, 3], "BlockRemoved")],
+              [ev([2**63, 0]), ev([9], "BlockRemoved")], [ev([])]]
+    for i in range(3 * wire._STRICT_RETRY):
+        payload = msgspec.msgpack.encode([float(i), shapes[i % 7 % len(shapes)], 0])
+        assert wire.decode_batch(payload) == wire._generic_batch(payload)
+    assert wire.decode_batch(msgspec.msgpack.encode([1.0, [ev([-5])], 0])).events[0].hashes == [2**64 - 5]
