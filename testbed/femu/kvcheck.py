@@ -84,13 +84,14 @@ def run_femu(trace: Path, hints: str, out: Path, name: str = "femukv", device: s
 GEOMETRY = ("page_bytes=4KiB", "channels=8", "dies_per_channel=8", "blocks_per_line=64")
 
 
-def model_params(device: str = "fdp") -> list[str]:
-    """The device's parameters for the model alone: the VM's, with the values a FEMU VM chooses for the fields
-    left out (testbed/femu/defaults.py), so the model alone is the device the VM replay's model is."""
+def model_params(device: str = "fdp", params: tuple[str, ...] | None = None) -> list[str]:
+    """The device's parameters (``params``, default the VM's) for the model alone, with the values a FEMU VM
+    chooses for the fields left out (testbed/femu/defaults.py), so the model alone is the device the VM
+    replay's model is."""
     from kvbed.core.params import format_value
     from testbed.femu.defaults import femu_params
 
-    given = [*DEVICES[device][0], *GEOMETRY]
+    given = [*(DEVICES[device][0] if params is None else params), *GEOMETRY]
     _, chosen = femu_params(device, given)
     return [*(f"{c.field}={format_value(c.field, c.value)}" for c in chosen), *given]
 
