@@ -14,8 +14,10 @@ tiers a tenth of the default objects (GPU 32 MiB, CPU 96 MiB, SSD 480 MiB). The 
 OP with 4 RUHs under ``preset=femu`` (FEMU's GC trigger, victim choice and eager reclaim units) with 8 MiB
 lines (32-page blocks; the reclaim unit is one line) and the background threshold at 93% of the lines used
 (FEMU's default 75% keeps a quarter of the lines free, which 25% OP cannot give). A conventional SSD takes
-the same trace at 10% OP with the values FEMU can express chosen for it (testbed/femu/defaults.py); it has no
-placement, so only no hints, and FEMU's figures come from its SMART log's page counters.
+the same trace at 10% OP (71 lines of 8 MiB) under ``preset=femu`` with FEMU's percent thresholds (95/96: those a
+conv VM from capacity alone is given), so both sides collect while at most 3 lines are free; the rest FEMU can
+express is chosen for it (testbed/femu/defaults.py). It has no placement, so only no hints, and FEMU's figures
+come from its SMART log's page counters.
 """
 
 from __future__ import annotations
