@@ -14,8 +14,10 @@ tiers a tenth of the default objects (GPU 32 MiB, CPU 96 MiB, SSD 480 MiB). The 
 OP with 4 RUHs under ``preset=femu`` (FEMU's GC trigger, victim choice and eager reclaim units) with 8 MiB
 lines (32-page blocks; the reclaim unit is one line) and the background threshold at 93% of the lines used
 (FEMU's default 75% keeps a quarter of the lines free, which 25% OP cannot give). A conventional SSD takes
-the same trace at 10% OP with the values FEMU can express chosen for it (testbed/femu/defaults.py); it has no
-placement, so only no hints, and FEMU's figures come from its SMART log's page counters.
+the same trace at 10% OP (71 lines of 8 MiB) under ``preset=femu`` with FEMU's percent thresholds (95/96: those a
+conv VM from capacity alone is given), so both sides collect while at most 3 lines are free; the rest FEMU can
+express is chosen for it (testbed/femu/defaults.py). It has no placement, so only no hints, and FEMU's figures
+come from its SMART log's page counters.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ DEVICE = ("logical_bytes=512MiB", "op_ratio=0.25", "nruh=4", "preset=femu", "pag
           "gc_bg_used_pct=93", "gc_fg_used_pct=97")
 HINTS = ("none", "oracle")
 #: per device: its parameters on both sides and the hint policies that mean something on it
-DEVICES = {"fdp": (DEVICE, HINTS), "conv": (("logical_bytes=512MiB", "op_ratio=0.1"), ("none",))}
+#: conv: FEMU's threshold semantics on both sides (preset=femu with the percents a conv VM from capacity alone
+#: gets, 95/96 of 71 lines): FEMU collects while free <= int((1 - pct/100) x lines) = 3, and so does the model;
+#: with the model's own gc_bg_free_lines=3 (collect while free < 3) the model held one line fewer free than the
+#: FEMU it stood beside (WAF 1.526 against FEMU's 1.668; FEMU guide)
+CONV_DEVICE = ("logical_bytes=512MiB", "op_ratio=0.1", "preset=femu", "pages_per_block=32", "gc_bg_used_pct=95",
+               "gc_fg_used_pct=96")
+DEVICES = {"fdp": (DEVICE, HINTS), "conv": (CONV_DEVICE, ("none",))}
 
 
 def _pairs(kv: tuple[str, ...] | list[str]) -> list[str]:
@@ -73,10 +81,27 @@ def run_femu(trace: Path, hints: str, out: Path, name: str = "femukv", device: s
     return {"femu": v["device"], "model": v["model"], "ratio": v["ratio"], "cross_checks_ok": r["vm"]["cross_checks_ok"]}
 
 
-def run_model(trace: Path, hints: str, out: Path) -> dict[str, Any]:
-    """The trace on the model alone (``kvbed replay``, the VM's geometry, trace arrival times)."""
-    kvbed("replay", trace, "--device", "fdp", "--hints", hints, "-o", out, "-q", "--no-plots",
-           *_pairs([*DEVICE, "page_bytes=4KiB", "channels=8", "dies_per_channel=8"]))
+#: the VM's geometry, given to the model alone (a FEMU VM takes the backend's; blocks_per_line = every die, FEMU's
+#: line, as the replay's sizing would otherwise pick shorter lines)
+GEOMETRY = ("page_bytes=4KiB", "channels=8", "dies_per_channel=8", "blocks_per_line=64")
+
+
+def model_params(device: str = "fdp", params: tuple[str, ...] | None = None) -> list[str]:
+    """The device's parameters (``params``, default the VM's) for the model alone, with the values a FEMU VM
+    chooses for the fields left out (testbed/femu/defaults.py), so the model alone is the device the VM
+    replay's model is."""
+    from kvbed.core.params import format_value
+    from testbed.femu.defaults import femu_params
+
+    given = [*(DEVICES[device][0] if params is None else params), *GEOMETRY]
+    _, chosen = femu_params(device, given)
+    return [*(f"{c.field}={format_value(c.field, c.value)}" for c in chosen), *given]
+
+
+def run_model(trace: Path, hints: str, out: Path, device: str = "fdp") -> dict[str, Any]:
+    """The trace on the model alone (``kvbed replay``, the VM's parameters, trace arrival times)."""
+    kvbed("replay", trace, "--device", device, "--hints", hints, "-o", out, "-q", "--no-plots",
+          *_pairs(model_params(device)))
     j = json.loads((out / "result.json").read_text())["jobs"][0]
     return {"model": {"waf": j["waf"], "host_bytes_written": j["user_bytes_written"],
                       "media_bytes_written": j["media_bytes_written"], "erases": j["erases"]}}

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from devicemodels.base import OP_READ, OP_TRIM, OP_WRITE, OP_ZONE_RESET, op_batch
+from devicemodels.ftl_state import RG_FREE_HEAD, RG_FREE_TAIL
 from kvbed.core.errors import KvbedError
 
 from tests.support.devices import make, ops, writes
@@ -240,3 +241,34 @@ def test_coarse_mapping_units_scale_timing():
     assert d.logical_pages == 1024
     c = d.submit(writes([0]))
     assert c.done_ns[0] == 16 * XFER + 16 * PROG
+
+
+def _free_after_each_command(d, lbas):
+    """Free lines after each single-page write command (one submit per command, as FEMU checks GC per command)."""
+    free = []
+    for lba in lbas:
+        d.submit(writes([lba]))
+        free.append(int(d.st.rgm[0, RG_FREE_TAIL] - d.st.rgm[0, RG_FREE_HEAD]))
+    return free
+
+
+def test_femu_percent_thresholds_hold_one_line_more_than_the_same_count_of_free_lines():
+    """FEMU's conv FTL (hw/femu/bbssd, ftl.c bb_ftl_process_req) collects one victim after a command while
+    free <= int((1 - gc_thres_pcent/100) x lines): here 80 lines (4096 pages x 1.25 / 64-page lines) at 90%
+    is int(0.1 x 80 in C doubles = 7.99...) = 7, so it keeps 8 free. preset=femu with gc_bg_used_pct=90 holds
+    those 8 on the conv model; the model's own gc_bg_free_lines=7 collects while free < 7 and holds 7: the
+    one line that made the conv KV cross-check 9% apart (FEMU guide)."""
+    base = ["op_ratio=0.25", "timing=false", "gc_separate_frontier=false", "gc_fg_free_lines=2"]
+    femu = make("conv", *base, "preset=femu", "gc_bg_used_pct=90", "gc_fg_used_pct=95")
+    own = make("conv", *base, "gc_bg_trigger=per-command", "gc_bg_free_lines=7")
+    assert femu.geo.lpr == own.geo.lpr == 80 and femu.geo.ppl == 64
+    assert (femu.geo.bg, own.geo.bg) == (8, 7)
+    lp = femu.logical_pages
+    for d, held in ((femu, 8), (own, 7)):
+        d.submit(writes(range(lp)))  # fill: 64 of 80 lines, no GC yet
+        # sequential overwrites: every victim is wholly invalid, so GC never copies and frees one line per pass
+        free = _free_after_each_command(d, np.arange(3 * 64 * 16) % lp)
+        steady = free[64 * 16:]  # after the first 16 lines of overwrites (the free lines are down to the threshold)
+        assert min(steady) == held and max(steady) == held
+        assert d.counters()["gc_pages_moved"] == 0 and d.waf() == 1.0
+        d.check_invariants()
