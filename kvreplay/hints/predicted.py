@@ -16,8 +16,17 @@ then to the global mean). Predictions become classes by their own running
 quantiles (:mod:`kvreplay.hints.quantiles`): the edges move to the quantiles of
 all predictions made so far every ``refresh`` predictions, counted in trace
 order, so the classes never depend on batch boundaries and every placement id
-gets a share. Until ``min_samples`` copies have died and ``refresh``
-predictions were made, everything goes to class 0 (it knows nothing yet).
+gets a share; quantiles that fall in the same histogram bin give one edge, not
+several equal ones, so fewer classes are used rather than empty classes between
+used ones. Until ``min_samples`` copies have died and ``refresh`` predictions
+were made, it has no opinion (class 0).
+
+Guarded (:mod:`kvreplay.hints.abstain`, ordered classes: class k+1 is meant to
+live longer than class k): while the byte-weighted correlation of its classes
+with the lifetimes its own earlier writes lived is below ``min_separation``
+(classes not ordered, or in the wrong order), every write goes to class 0 - as
+no hints; on the example studies its classes were often unordered (up to 15.5%
+worse than none before the guard).
 
 Known bias, on purpose: only dead copies teach it, so long-lived buckets are
 learned late (right-censoring) - the gap to ``oracle`` is part of the answer.
@@ -35,6 +44,7 @@ import numpy as np
 from devicemodels.jit import kernel
 from kvreplay import schema as S
 from kvreplay.hints.registry import HINTS
+from kvreplay.hints.abstain import AbstainGuard, AbstainParams
 from kvreplay.hints.base import HintPolicy
 from kvreplay.hints.oracle import CLOCK_UNIT, CLOCKS
 from kvreplay.hints.quantiles import class_of, new_state, note_score
@@ -56,7 +66,7 @@ KIND_EXACT = S.KIND["exact"]
 
 
 @dataclass(frozen=True)
-class PredictedParams:
+class PredictedParams(AbstainParams):
     clock: str = param("bytes", "lifetime clock, as for oracle: bytes written to the tier meanwhile, or trace "
                                 "time (ns)", choices=CLOCKS)
     min_samples: int = param(16, "deaths a bucket needs before its own mean is trusted")
@@ -202,7 +212,7 @@ def _pred_kernel(start, j, ev, objs, sessions, learner, cfg, out):
             kind_b = b0 // (TENANT_BUCKETS * DEPTH_BUCKETS * TURN_BUCKETS)
             b1 = LEVEL0 + kind_b * DEPTH_BUCKETS + (b0 // TURN_BUCKETS) % DEPTH_BUCKETS
             b2 = LEVEL0 + LEVEL1 + kind_b
-            c = 0
+            c = -1  # no opinion yet: the guard gives class 0
             if cnt[g] >= min_samples:
                 if cnt[b0] >= min_samples:
                     x = tot[b0] / cnt[b0]
@@ -226,7 +236,8 @@ def _pred_kernel(start, j, ev, objs, sessions, learner, cfg, out):
 @HINTS.register("predicted")
 class PredictedHints(HintPolicy):
     knows = ("the past only: lifetimes of copies that already died on the tier, per feature bucket "
-             "(kind, tenant, prefix depth via parent_id, session turn)")
+             "(kind, tenant, prefix depth via parent_id, session turn); it abstains to class 0 while its classes "
+             "do not order the lifetimes of its own earlier writes")
     Params = PredictedParams
     columns = ("parent_id", "kind", "tenant", "request_id", "session_id")
 
@@ -241,8 +252,12 @@ class PredictedHints(HintPolicy):
         phist, edges = new_state(self.n_classes)
         self.learner = PredLearner(np.zeros(nb, np.int64), np.zeros(nb, np.float64), phist, edges,
                                    np.zeros(4, np.int64))
+        self.guard = AbstainGuard(self.n_classes, p, ordered=True)  # class k+1 is meant to live longer
 
     def _assign(self, batch, actions, writes):
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+
+    def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
         i, j = 0, 0
         ev = PredEvents(batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], batch["nbytes"],
@@ -268,11 +283,13 @@ class PredictedHints(HintPolicy):
             "clock": self.params.clock,
             "deaths_learned": int(state[1]),
             "predictions": int(state[3]),
-            f"edges_log2_{unit}": [float(e) for e in edges] if state[2] else [],
+            f"edges_log2_{unit}": [float(e) for e in edges if np.isfinite(e)] if state[2] else [],
             f"mean_log2_lifetime_{unit}": float(tot[g] / cnt[g]) if cnt[g] else None,
             "buckets_with_samples": int((cnt[:LEVEL0] >= self.params.min_samples).sum()),
             "objects_tracked_at_end": self.objs.count,
+            **self.guard.describe(),
         }
 
     def memory_bytes(self):
-        return self.objs.nbytes() + self.sessions.nbytes() + self.learner.cnt.nbytes + self.learner.tot.nbytes
+        return (self.objs.nbytes() + self.sessions.nbytes() + self.learner.cnt.nbytes + self.learner.tot.nbytes
+                + self.guard.memory_bytes())
