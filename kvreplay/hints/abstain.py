@@ -58,12 +58,15 @@ class AbstainParams:
 
     abstain: bool = param(True, "abstain to class 0 (as no hints) while the classes do not separate the lifetimes "
                                 "of the copies seen to die", quiet_default=True)
-    min_separation: float = param(0.3, "correlation of class and realized log-lifetime (ordered classes) or "
+    min_separation: float = param(0.5, "correlation of class and realized log-lifetime (ordered classes) or "
                                        "correlation ratio (unordered) needed to follow the classes",
                                   quiet_default=True)
     min_deaths: int = param(1024, "deaths of classified copies (decayed count) needed before any class is "
-                                  "followed", quiet_default=True)
-    window: int = param(4096, "halve the guard's evidence every this many deaths", quiet_default=True)
+                                  "followed; the guard decides again every this many deaths",
+                            quiet_default=True)
+    window: int = param(32768, "halve the guard's evidence every this many deaths", quiet_default=True)
+    confirm: int = param(4, "consecutive decisions (one every min_deaths deaths) that must find the classes "
+                            "separated before they are followed", quiet_default=True)
 
 
 class GuardEvents(NamedTuple):
@@ -94,9 +97,12 @@ class GuardStats(NamedTuple):
     cw: np.ndarray  # float64[C]  weight of the deaths per proposed class
     cx: np.ndarray  # float64[C]  their weighted sum of log2 lifetimes
     mom: np.ndarray  # float64[7] weight, sum x, x^2, class, class^2, class*x, death count (M_* indices)
-    state: np.ndarray  # int64[6]  write clock (bytes), deaths seen, writes, writes abstained (class 0 given
-    #                               while not confident or without an opinion), bytes written, bytes abstained
-    sep: np.ndarray  # float64[1]  separation at the last write (nan: too few deaths)
+    state: np.ndarray  # int64[9]  write clock (bytes), deaths seen, writes, writes abstained (class 0 given
+    #                               while not confident or without an opinion), bytes written, bytes abstained,
+    #                               following (1) or abstaining (0) since the last decision, decisions that
+    #                               switched between the two, consecutive decisions that found the classes
+    #                               separated
+    sep: np.ndarray  # float64[1]  separation at the last decision (nan: undefined)
 
 
 class GuardConfig(NamedTuple):
@@ -107,6 +113,8 @@ class GuardConfig(NamedTuple):
     min_separation: float  # separation needed to follow the classes
     min_deaths: float  # decayed deaths needed before following
     window: int  # halve the evidence every this many deaths
+    decide_every: int  # decide (follow or abstain) every this many deaths: min_deaths
+    confirm: int  # consecutive decisions that must find the classes separated before they are followed
 
 
 @kernel(inline="always")
@@ -135,7 +143,7 @@ def _separation(cw, cx, mom, ordered):
 
 
 @kernel(inline="always")
-def _learn_death(c, lifetime, mib, stats, window):
+def _learn_death(c, lifetime, mib, stats, cfg):
     cw, cx, mom = stats.cw, stats.cx, stats.mom
     x = np.log2(max(lifetime, 1.0))
     cw[c] += mib
@@ -148,7 +156,18 @@ def _learn_death(c, lifetime, mib, stats, window):
     mom[M_CX] += mib * c * x
     mom[M_N] += 1.0
     stats.state[1] += 1
-    if stats.state[1] % window == 0:
+    if stats.state[1] % cfg.decide_every == 0:  # a new decision from the evidence so far
+        sep = _separation(cw, cx, mom, cfg.ordered)
+        stats.sep[0] = sep
+        if mom[M_N] >= cfg.min_deaths and sep >= cfg.min_separation:
+            stats.state[8] += 1  # consecutive decisions that found the classes separated
+        else:
+            stats.state[8] = 0
+        f = 1 if stats.state[8] >= cfg.confirm else 0  # follow once confirmed; abstain at the first miss
+        if f != stats.state[6]:
+            stats.state[7] += 1
+        stats.state[6] = f
+    if stats.state[1] % cfg.window == 0:
         for k in range(len(cw)):
             cw[k] *= 0.5
             cx[k] *= 0.5
@@ -173,7 +192,7 @@ def _guard_kernel(start, j, ev, objs, stats, cfg, out):
         if a == A_WRITE or a == A_FREE or a == A_DROP:
             if s >= 0 and o_birth[s] >= 0:  # the copy on the tier dies (freed, or replaced by this write)
                 if o_cls[s] >= 0:
-                    _learn_death(o_cls[s], float(state[0] - o_birth[s]), o_size[s] / 1048576.0, stats, cfg.window)
+                    _learn_death(o_cls[s], float(state[0] - o_birth[s]), o_size[s] / 1048576.0, stats, cfg)
                 o_birth[s] = -1
         if a == A_WRITE:
             if s < 0:
@@ -181,10 +200,7 @@ def _guard_kernel(start, j, ev, objs, stats, cfg, out):
                     return i, j
                 s, _ = ot_insert(kv, meta, free, key)
             c = proposed[j]
-            sep = _separation(stats.cw, stats.cx, stats.mom, cfg.ordered)
-            stats.sep[0] = sep
-            confident = not cfg.enabled or (stats.mom[M_N] >= cfg.min_deaths and sep >= cfg.min_separation)
-            follow = c >= 0 and confident
+            follow = c >= 0 and (not cfg.enabled or state[6] == 1)
             out[j] = c if follow else 0
             state[2] += 1
             state[4] += nbytes[i]
@@ -207,18 +223,25 @@ class AbstainGuard:
     def __init__(self, n_classes: int, params: AbstainParams, *, ordered: bool):
         if not 0 < params.window:
             raise KvbedError(f"--param window: must be >= 1, got {params.window}")
-        if params.min_deaths < 0:
-            raise KvbedError(f"--param min_deaths: must be >= 0, got {params.min_deaths}")
+        if params.confirm < 1:
+            raise KvbedError(f"--param confirm: must be >= 1, got {params.confirm}")
+        if params.min_deaths < 1:
+            raise KvbedError(f"--param min_deaths: must be >= 1, got {params.min_deaths}")
         if not -1.0 <= params.min_separation <= 1.0:
             raise KvbedError(f"--param min_separation: must be in [-1, 1], got {params.min_separation}")
         self.params = params
         self.ordered = bool(ordered)
+        #: the policy's classes: all of them (abstained writes share class 0 with the policy's class 0 rather
+        #: than get a handle of their own: every handle in use holds an open reclaim unit, i.e. spare space
+        #: the drive cannot use for GC, and a handle used only while abstaining would sit half-filled)
+        self.own_classes = max(1, int(n_classes))
         self.table = ObjTable({"cls": (np.int16, -1), "birth": (np.int64, -1), "size": (np.int64, 0)})
-        c = max(1, int(n_classes))
+        c = max(1, self.own_classes)
         self.stats = GuardStats(np.zeros(c, np.float64), np.zeros(c, np.float64), np.zeros(7, np.float64),
-                                np.zeros(6, np.int64), np.full(1, np.nan))
+                                np.zeros(9, np.int64), np.full(1, np.nan))
         self.cfg = GuardConfig(bool(params.abstain), self.ordered, float(params.min_separation),
-                               float(params.min_deaths), int(params.window))
+                               float(params.min_deaths), int(params.window), max(1, int(params.min_deaths)),
+                               int(params.confirm))
 
     def classes(self, batch, actions: np.ndarray, proposed: np.ndarray) -> np.ndarray:
         """The class of each tier write of ``batch`` (``proposed`` by the policy, -1 = no opinion)."""
@@ -244,6 +267,7 @@ class AbstainGuard:
             "abstained_writes_share": round(float(st[3]) / st[2], 4) if st[2] else 0.0,
             "abstained_bytes_share": round(float(st[5]) / st[4], 4) if st[4] else 0.0,
             "deaths_seen": int(st[1]),
+            "switches": int(st[7]),
             "separation_at_end": None if np.isnan(sep) else round(sep, 4),
         }
 

@@ -35,6 +35,7 @@ class FillPhaseHints(HintPolicy):
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
         self.first_evict_write = -1  # writes classified before the tier's first eviction (-1: none yet)
+        self.abstained = 0  # writes given class 0 (after the first eviction)
 
     def _assign(self, batch, actions, writes):
         ev = (batch["op"] == S.OP_EVICT) & (batch["tier"] == self.tier)
@@ -42,7 +43,12 @@ class FillPhaseHints(HintPolicy):
         full = seen[writes] | (self.first_evict_write >= 0)
         if self.first_evict_write < 0 and ev.any():
             self.first_evict_write = self.writes_seen + int(np.searchsorted(writes, int(np.argmax(ev))))
+        self.abstained += int(full.sum())
         return np.where(full, 0, self.n_classes - 1).astype(np.int16)
 
     def describe(self):
-        return {"writes_before_first_eviction": self.first_evict_write if self.first_evict_write >= 0 else None}
+        # abstaining after the fill is this policy's own rule; the shared guard (kvreplay.hints.abstain) cannot
+        # judge it: its only decision (the last class) is made before any copy on the tier has died
+        n = self.writes_seen
+        return {"writes_before_first_eviction": self.first_evict_write if self.first_evict_write >= 0 else None,
+                "abstained_writes_share": round(self.abstained / n, 4) if n else 0.0}

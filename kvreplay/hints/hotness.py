@@ -153,8 +153,8 @@ class HotnessHints(HintPolicy):
         if self.params.refresh < 1:
             raise KvbedError(f"--param refresh: must be >= 1, got {self.params.refresh}")
         self.table = ObjTable({"score": (np.float64, 0.0), "last": (np.int64, 0)})
-        self.ranking = HotRanking(*new_state(self.n_classes), np.zeros(2, np.int64))
         self.guard = AbstainGuard(self.n_classes, self.params, ordered=False)  # hot may live longer or shorter
+        self.ranking = HotRanking(*new_state(self.guard.own_classes), np.zeros(2, np.int64))
 
     def _assign(self, batch, actions, writes):
         return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
@@ -164,7 +164,7 @@ class HotnessHints(HintPolicy):
         i, j = 0, 0
         p = self.params
         ev = HotEvents(batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], actions)
-        cfg = HotConfig(self.n_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive), int(p.refresh))
+        cfg = HotConfig(self.guard.own_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive), int(p.refresh))
         while True:
             t = self.table
             objs = HotObjects(t.kv, t.meta, t.free, t.cols["score"], t.cols["last"])

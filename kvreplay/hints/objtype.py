@@ -77,7 +77,7 @@ class TypeHints(HintPolicy):
         while True:
             p = self.pairs
             pairs = TypePairs(p.kv, p.meta, p.free, p.cols["cls"], self.seen)
-            j = _type_kernel(j, batch["kind"], batch["tenant"], w, pairs, out, self.n_classes)
+            j = _type_kernel(j, batch["kind"], batch["tenant"], w, pairs, out, self.guard.own_classes)
             if j == len(w):
                 return out
             p.grow()

@@ -249,10 +249,10 @@ class PredictedHints(HintPolicy):
         self.objs = ObjTable({"bucket": (np.int32, 0), "depth": (np.int32, 0), "birth": (np.int64, -1)})
         self.sessions = ObjTable({"req": (np.int64, -2), "turn": (np.int32, 0)})
         nb = LEVEL0 + LEVEL1 + LEVEL2 + 1
-        phist, edges = new_state(self.n_classes)
+        self.guard = AbstainGuard(self.n_classes, p, ordered=True)  # class k+1 is meant to live longer
+        phist, edges = new_state(self.guard.own_classes)
         self.learner = PredLearner(np.zeros(nb, np.int64), np.zeros(nb, np.float64), phist, edges,
                                    np.zeros(4, np.int64))
-        self.guard = AbstainGuard(self.n_classes, p, ordered=True)  # class k+1 is meant to live longer
 
     def _assign(self, batch, actions, writes):
         return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
