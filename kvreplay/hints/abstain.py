@@ -3,35 +3,43 @@ separate lifetimes; otherwise every write goes to class 0, the stream a drive wi
 
 Why: a causal policy whose classes do not separate lifetimes is worse than no hints, not equal to it - it
 splits one write stream into several, so each reclaim unit (or zone) fills over a longer stretch of the
-trace and holds data of more different ages (on the example studies ``hotness`` was up to 4.4% and
-``predicted`` up to 15.5% worse than none). The guard makes such a policy fall back to no hints by
-construction, using only what it could know: the deaths of the copies it has already placed.
+trace and holds data of more different ages, and every handle in use holds an open reclaim unit that GC
+cannot use as spare space (on the example studies, unguarded, ``hotness`` was up to 4.4% and ``predicted``
+up to 15.5% worse than none). The guard makes such a policy fall back to no hints, using only what it could
+know: the deaths of the copies it has already placed.
 
 How, per event in trace order (one numba pass over the batch, after the policy proposed its classes):
 
 - every write the policy has an opinion on (proposed class >= 0; -1 = "I know nothing yet") is remembered
-  per object: its proposed class and its birth on the write clock (bytes written to the tier so far);
+  per object: its proposed class, size and birth on the write clock (bytes written to the tier so far);
 - when that copy dies on the tier (evicted, invalidated or deleted there, dropped by a delete elsewhere, or
-  replaced by a rewrite) its lifetime ``x = log2(bytes written meanwhile)`` is added, weighted by its bytes,
-  to per-class sums (weight, sum x) and to global moments (sum x, x^2, class, class^2, class*x);
-- every ``window`` deaths all sums are halved, so the evidence follows the trace (about the last two windows);
-- a write follows its proposed class when at least ``min_deaths`` deaths (decayed count) are on record and
-  the *separation* reaches ``min_separation``; otherwise it abstains to class 0. The separation is a
-  correlation in [-1, 1] between the class and the realized log-lifetime:
+  replaced by a rewrite) its lifetime ``x = log2(bytes written meanwhile)`` is added, weighted by its size,
+  to per-class sums (weight, sum x) and to global moments (sum x, x^2, class, class^2, class*x); proposals
+  are learned whether they were followed or not, so the evidence can return while the guard abstains;
+- every ``window`` deaths all sums are halved, so the evidence follows a drifting trace;
+- every ``min_deaths`` deaths the guard decides: the classes are *separated* when at least ``min_deaths``
+  deaths (decayed count) are on record and the separation reaches ``min_separation``. It follows the
+  proposed classes once ``confirm`` consecutive decisions found them separated, and abstains (class 0) from
+  the first decision that does not. Switching back and forth is costly (each switch leaves some handles'
+  reclaim units half-filled), hence decisions at a coarse step and the confirmation.
 
-  - for a policy whose classes are *ordered* (class k+1 is meant to live longer than class k, as
-    ``predicted``): the byte-weighted Pearson correlation of class index and log-lifetime, so classes in
-    the wrong order (negative) or not ordered at all (near 0) abstain;
-  - for unordered classes (``type``, ``hotness``): the correlation ratio eta = sqrt(between-class variance
-    / total variance) of log-lifetime, i.e. how much of the lifetime spread the classes explain.
+The separation is a correlation in [-1, 1] between the class and the realized log-lifetime:
 
-  ``min_separation = 0.3`` (default) asks the classes to explain at least 9% of the variance of
-  log-lifetime (eta^2 or r^2 >= 0.09); chance alone gives eta^2 about (classes - 1) / deaths, below 0.01
-  once ``min_deaths`` = 1024 deaths of 8 classes are on record.
+- for a policy whose classes are *ordered* (class k+1 is meant to live longer than class k, as
+  ``predicted``): the byte-weighted Pearson correlation of class index and log-lifetime, so classes in the
+  wrong order (negative) or not ordered at all (near 0) abstain;
+- for unordered classes (``type``, ``hotness``): the correlation ratio eta = sqrt(between-class variance /
+  total variance) of log-lifetime, i.e. how much of the lifetime spread the classes explain.
+
+``min_separation = 0.5`` (default) asks the classes to explain a quarter of the variance of log-lifetime
+(eta^2 or r^2 >= 0.25); chance alone gives eta^2 about (classes - 1) / deaths, below 0.01 once 1024 deaths
+of 8 classes are on record. Lifetime separation is necessary for hints to pay, not sufficient (it ignores
+the spare space the extra open reclaim units take), so the bar is set high: when in doubt, no hints.
 
 Everything is counted in trace order inside the kernel, so classes never depend on batch boundaries, and only
 deaths already seen count (the guard is as causal as the policy it guards). Abstention is reported in the
-policy's ``describe()`` (share of writes and bytes abstained, the separation at the end).
+policy's ``describe()`` (share of writes and bytes abstained, decisions that switched, the separation at the
+last decision). ``--param abstain=false`` gives the policy's classes unguarded (as before the guard).
 """
 
 from __future__ import annotations

@@ -253,7 +253,8 @@ def test_lifetime_figures_in_result_json_name_their_clock_unit(traces, clock, un
         act, tidx = select(lut, b["op"], b["tier"])
         pred.assign(b, act, tidx[act[tidx] == A_WRITE])
     d = pred.describe()
-    assert d[f"mean_log2_lifetime_{unit}"] > 0 and len(d[f"edges_log2_{unit}"]) == 3
+    e = d[f"edges_log2_{unit}"]  # distinct edges only (coinciding quantiles make fewer classes)
+    assert d[f"mean_log2_lifetime_{unit}"] > 0 and 1 <= len(e) <= 3 and all(a < b for a, b in zip(e, e[1:]))
 
 
 def test_predicted_features_follow_the_reference_definitions(tmp_path):

@@ -56,22 +56,23 @@ def _reference():
 def test_hand_case_follows_only_once_the_deaths_separate_the_classes():
     r, eta = _reference()
     assert 0.3 < r < 0.6 and np.isclose(r, eta)  # two classes: correlation ratio = |r|
-    # three handles: 0 for abstained writes, the policy's classes 0 and 1 on handles 1 and 2.
     # min_deaths 2: a decision every 2 deaths. Writes 1-4 come before any; after 1 and 3 die only class 0 has
-    # deaths (no separation): 5 and 6 abstain; after 2 and 4 die the classes are separated by r: 7 (class 1)
-    # follows to handle 2, 8 (class 0) to handle 1
-    follow = AbstainGuard(3, AbstainParams(min_deaths=2, min_separation=r - 1e-9), ordered=True)
-    assert follow.own_classes == 2
-    assert _run(follow, _batch(), PROP) == [0, 0, 0, 0, 0, 0, 2, 1]
+    # deaths (no separation): 5 and 6 abstain; after 2 and 4 die the classes are separated by r: 7 follows
+    # (class 1); 8 proposes class 0, which is also where an abstained write goes
+    follow = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=r - 1e-9, confirm=1), ordered=True)
+    assert _run(follow, _batch(), PROP) == [0, 0, 0, 0, 0, 0, 1, 0]
     d = follow.describe()
     assert d["deaths_seen"] == 4 and d["abstained_writes_share"] == 0.75 and d["separation_at_end"] == round(r, 4)
-    strict = AbstainGuard(3, AbstainParams(min_deaths=2, min_separation=r + 1e-9), ordered=True)
+    assert d["switches"] == 1
+    # confirm=2: the first separated decision (after 4 deaths) is not enough
+    twice = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=r - 1e-9, confirm=2), ordered=True)
+    assert _run(twice, _batch(), PROP) == [0] * 8
+    strict = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=r + 1e-9, confirm=1), ordered=True)
     assert _run(strict, _batch(), PROP) == [0] * 8
     assert strict.describe()["abstained_writes_share"] == 1.0
-    few = AbstainGuard(3, AbstainParams(min_deaths=5, min_separation=0.0), ordered=True)
+    few = AbstainGuard(2, AbstainParams(min_deaths=5, min_separation=0.0, confirm=1), ordered=True)
     assert _run(few, _batch(), PROP) == [0] * 8  # 4 deaths < min_deaths
-    off = AbstainGuard(3, AbstainParams(abstain=False), ordered=True)  # no guard: the classes as proposed
-    assert off.own_classes == 3
+    off = AbstainGuard(2, AbstainParams(abstain=False), ordered=True)  # no guard: the classes as proposed
     assert _run(off, _batch(), PROP) == [0, 1, 0, 1, 0, 1, 1, 0]
     assert off.describe()["abstained_writes_share"] == 0.0
 
@@ -79,23 +80,22 @@ def test_hand_case_follows_only_once_the_deaths_separate_the_classes():
 def test_reversed_classes_abstain_when_ordered_not_when_labels():
     rev = [1 - c for c in PROP]  # class 1 now holds the short lifetimes: correlation -r
     r, eta = _reference()
-    ordered = AbstainGuard(3, AbstainParams(min_deaths=2, min_separation=0.0), ordered=True)
+    ordered = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=0.0, confirm=1), ordered=True)
     assert _run(ordered, _batch(), rev)[6:] == [0, 0]
     assert ordered.describe()["separation_at_end"] == round(-r, 4)
-    labels = AbstainGuard(3, AbstainParams(min_deaths=2, min_separation=eta - 1e-9), ordered=False)
-    assert _run(labels, _batch(), rev)[6:] == [1, 2]
+    labels = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=eta - 1e-9, confirm=1), ordered=False)
+    assert _run(labels, _batch(), rev)[6:] == [0, 1]
     assert labels.describe()["separation_at_end"] == round(eta, 4)
 
 
-def test_two_handles_leave_the_policy_one_class_and_it_never_follows():
-    g = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=-1.0), ordered=True)
-    assert g.own_classes == 1
-    assert _run(g, _batch(), [0] * 8) == [0] * 8  # one class: no separation to measure (undefined)
+def test_one_class_has_no_separation_and_is_never_followed():
+    g = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=-1.0, confirm=1), ordered=True)
+    assert _run(g, _batch(), [1] * 8) == [0] * 8  # every proposal in class 1: nothing to measure (undefined)
     assert g.describe()["separation_at_end"] is None
 
 
 def test_no_opinion_is_class_zero_and_not_learned():
-    g = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=0.0), ordered=True)
+    g = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=0.0, confirm=1), ordered=True)
     assert _run(g, _batch(), [-1] * 8) == [0] * 8
     assert g.describe()["deaths_seen"] == 0
 
@@ -103,10 +103,10 @@ def test_no_opinion_is_class_zero_and_not_learned():
 @pytest.mark.parametrize("cut", [1, 5, 7, 11])
 def test_guard_does_not_depend_on_batch_boundaries(cut):
     r, _ = _reference()
-    p = AbstainParams(min_deaths=2, min_separation=r - 1e-9)
-    whole = _run(AbstainGuard(3, p, ordered=True), _batch(), PROP)
-    assert whole[6:] == [2, 1]
-    assert _run(AbstainGuard(3, p, ordered=True), _batch(), PROP, cut=cut) == whole
+    p = AbstainParams(min_deaths=2, min_separation=r - 1e-9, confirm=1)
+    whole = _run(AbstainGuard(2, p, ordered=True), _batch(), PROP)
+    assert whole[6:] == [1, 0]
+    assert _run(AbstainGuard(2, p, ordered=True), _batch(), PROP, cut=cut) == whole
 
 
 def test_evidence_is_halved_every_window():
@@ -119,7 +119,7 @@ def test_evidence_is_halved_every_window():
 @pytest.mark.parametrize("name", ["type", "hotness", "predicted"])
 def test_guarded_policies_are_online_and_report_abstention(name):
     cls = HINTS.get(name)
-    rep = check_online(cls, params=cls.Params(min_deaths=64))  # a short trace: less evidence to start from
+    rep = check_online(cls, params=cls.Params(min_deaths=64, confirm=1))  # a short trace: less evidence
     assert rep.writes > 1000
     pol = cls(4, cls.Params(), tier=S.TIER_SSD)
     d = json.loads(json.dumps(pol.describe()))
