@@ -110,7 +110,8 @@ class GuardStats(NamedTuple):
     #                               following (1) or abstaining (0) since the last decision, decisions that
     #                               switched between the two, consecutive decisions that found the classes
     #                               separated
-    sep: np.ndarray  # float64[1]  separation at the last decision (nan: undefined)
+    sep: np.ndarray  # float64[2]  separation at the last decision, highest at a decision with min_deaths on
+    #                               record (nan: undefined)
 
 
 class GuardConfig(NamedTuple):
@@ -167,6 +168,8 @@ def _learn_death(c, lifetime, mib, stats, cfg):
     if stats.state[1] % cfg.decide_every == 0:  # a new decision from the evidence so far
         sep = _separation(cw, cx, mom, cfg.ordered)
         stats.sep[0] = sep
+        if mom[M_N] >= cfg.min_deaths and not np.isnan(sep) and (np.isnan(stats.sep[1]) or sep > stats.sep[1]):
+            stats.sep[1] = sep
         if mom[M_N] >= cfg.min_deaths and sep >= cfg.min_separation:
             stats.state[8] += 1  # consecutive decisions that found the classes separated
         else:
@@ -246,7 +249,7 @@ class AbstainGuard:
         self.table = ObjTable({"cls": (np.int16, -1), "birth": (np.int64, -1), "size": (np.int64, 0)})
         c = max(1, self.own_classes)
         self.stats = GuardStats(np.zeros(c, np.float64), np.zeros(c, np.float64), np.zeros(7, np.float64),
-                                np.zeros(9, np.int64), np.full(1, np.nan))
+                                np.zeros(9, np.int64), np.full(2, np.nan))
         self.cfg = GuardConfig(bool(params.abstain), self.ordered, float(params.min_separation),
                                float(params.min_deaths), int(params.window), max(1, int(params.min_deaths)),
                                int(params.confirm))
@@ -267,7 +270,7 @@ class AbstainGuard:
 
     def describe(self) -> dict:
         st = self.stats.state
-        sep = float(self.stats.sep[0])
+        sep, top = float(self.stats.sep[0]), float(self.stats.sep[1])
         return {
             "abstain": self.params.abstain,
             "abstain_test": "class-lifetime correlation" if self.ordered else "correlation ratio",
@@ -277,6 +280,7 @@ class AbstainGuard:
             "deaths_seen": int(st[1]),
             "switches": int(st[7]),
             "separation_at_end": None if np.isnan(sep) else round(sep, 4),
+            "separation_max": None if np.isnan(top) else round(top, 4),
         }
 
     def memory_bytes(self) -> int:
