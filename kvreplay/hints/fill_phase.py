@@ -13,7 +13,10 @@ Measured with ``--hint-lab`` (fdp, end-to-end WAF, none -> fill-phase, oracle): 
 at fill 1.0 1.115 -> 1.103, oracle 1.000 (10.5% of the oracle's cut), at the default fill 1.034 -> 1.034; the
 synthetic demo trace (``kvbed trace synth``, seeds 0, 1, 2) 1.244 -> 1.252, 1.314 -> 1.324, 1.254 -> 1.266
 (+0.7%, +0.7%, +0.9%: within 1% of no hints but no gain - its SSD tier is emptied by deletes, not eviction).
-Not yet the safe policy issue 23 asks for: a help where eviction decides death, a small loss elsewhere.
+A help where eviction decides death, a small loss elsewhere. Not guarded by :mod:`kvreplay.hints.abstain`
+like the other practical policies: its only decision (the last class, before the first eviction) is made before
+any copy on the tier has died, so there is nothing to judge it by in time; after the fill it is no hints anyway
+(``abstained_writes_share`` in describe()). It is in none of the example studies.
 
 Knows: the past only - the tier's own eviction events up to the write.
 """
