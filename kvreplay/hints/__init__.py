@@ -12,6 +12,9 @@ predicted       the past: lifetimes learned online per feature bucket
 type            the written object's kind and tenant
 fill-phase      the past: whether the tier has evicted yet (last class before, class 0 after)
 =============== ===============================================================
+
+``type``, ``hotness`` and ``predicted`` are guarded (:mod:`~kvreplay.hints.abstain`): they abstain to class 0,
+as no hints, while the deaths of their own earlier writes show their classes do not separate lifetimes.
 """
 
 from __future__ import annotations

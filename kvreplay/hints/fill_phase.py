@@ -13,7 +13,10 @@ Measured with ``--hint-lab`` (fdp, end-to-end WAF, none -> fill-phase, oracle): 
 at fill 1.0 1.115 -> 1.103, oracle 1.000 (10.5% of the oracle's cut), at the default fill 1.034 -> 1.034; the
 synthetic demo trace (``kvbed trace synth``, seeds 0, 1, 2) 1.244 -> 1.252, 1.314 -> 1.324, 1.254 -> 1.266
 (+0.7%, +0.7%, +0.9%: within 1% of no hints but no gain - its SSD tier is emptied by deletes, not eviction).
-Not yet the safe policy issue 23 asks for: a help where eviction decides death, a small loss elsewhere.
+A help where eviction decides death, a small loss elsewhere. Not guarded by :mod:`kvreplay.hints.abstain`
+like the other practical policies: its only decision (the last class, before the first eviction) is made before
+any copy on the tier has died, so there is nothing to judge it by in time; after the fill it is no hints anyway
+(``abstained_writes_share`` in describe()). It is in none of the example studies.
 
 Knows: the past only - the tier's own eviction events up to the write.
 """
@@ -35,6 +38,7 @@ class FillPhaseHints(HintPolicy):
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
         self.first_evict_write = -1  # writes classified before the tier's first eviction (-1: none yet)
+        self.abstained = 0  # writes given class 0 (after the first eviction)
 
     def _assign(self, batch, actions, writes):
         ev = (batch["op"] == S.OP_EVICT) & (batch["tier"] == self.tier)
@@ -42,7 +46,12 @@ class FillPhaseHints(HintPolicy):
         full = seen[writes] | (self.first_evict_write >= 0)
         if self.first_evict_write < 0 and ev.any():
             self.first_evict_write = self.writes_seen + int(np.searchsorted(writes, int(np.argmax(ev))))
+        self.abstained += int(full.sum())
         return np.where(full, 0, self.n_classes - 1).astype(np.int16)
 
     def describe(self):
-        return {"writes_before_first_eviction": self.first_evict_write if self.first_evict_write >= 0 else None}
+        # abstaining after the fill is this policy's own rule; the shared guard (kvreplay.hints.abstain) cannot
+        # judge it: its only decision (the last class) is made before any copy on the tier has died
+        n = self.writes_seen
+        return {"writes_before_first_eviction": self.first_evict_write if self.first_evict_write >= 0 else None,
+                "abstained_writes_share": round(self.abstained / n, 4) if n else 0.0}

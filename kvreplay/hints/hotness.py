@@ -17,7 +17,10 @@ A new object starts from its parent's current score when ``inherit`` is on
 (``parent_id`` is the previous chunk of the prefix, or the source of a
 transform): the tail of a hot shared prefix is likely hot too.
 
-Knows: the past only - reuse events of every tier up to the write.
+Guarded (:mod:`kvreplay.hints.abstain`, unordered classes: a hot object may live longer or shorter): while
+the classes do not explain enough of the spread of the lifetimes seen to die, every write goes to class 0.
+
+Knows: the past only - reuse events of every tier up to the write, and the deaths of its earlier writes.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from devicemodels.jit import kernel
 from kvreplay.schema import OP_DELETE, OP_HIT, OP_LOAD
 from kvreplay.hints.registry import HINTS
+from kvreplay.hints.abstain import AbstainGuard, AbstainParams
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.actions import A_WRITE
 from kvreplay.hints.quantiles import class_of, new_state, note_score
@@ -39,7 +43,7 @@ from kvbed.core.params import param
 
 
 @dataclass(frozen=True)
-class HotnessParams:
+class HotnessParams(AbstainParams):
     half_life_ns: int = param(60_000_000_000, "the score halves after this much trace time without reuse")
     inherit: bool = param(True, "a new object starts from its parent's score")
     adaptive: bool = param(True, "classes at the running quantiles of the scores (else a fixed log2 scale)")
@@ -137,7 +141,8 @@ def _hot_kernel(start, j, ev, objs, ranking, cfg, out):
 
 @HINTS.register("hotness")
 class HotnessHints(HintPolicy):
-    knows = "the past only: every tier's hit/load events up to the write (decayed reuse count)"
+    knows = ("the past only: every tier's hit/load events up to the write (decayed reuse count), and the lifetimes of "
+             "its earlier writes that already died on the tier (it abstains to class 0 while they are not separated)")
     Params = HotnessParams
     columns = ("parent_id",)
 
@@ -148,14 +153,18 @@ class HotnessHints(HintPolicy):
         if self.params.refresh < 1:
             raise KvbedError(f"--param refresh: must be >= 1, got {self.params.refresh}")
         self.table = ObjTable({"score": (np.float64, 0.0), "last": (np.int64, 0)})
-        self.ranking = HotRanking(*new_state(self.n_classes), np.zeros(2, np.int64))
+        self.guard = AbstainGuard(self.n_classes, self.params, ordered=False)  # hot may live longer or shorter
+        self.ranking = HotRanking(*new_state(self.guard.own_classes), np.zeros(2, np.int64))
 
     def _assign(self, batch, actions, writes):
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+
+    def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
         i, j = 0, 0
         p = self.params
         ev = HotEvents(batch["op"], batch["obj_id"], batch["parent_id"], batch["ts_ns"], actions)
-        cfg = HotConfig(self.n_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive), int(p.refresh))
+        cfg = HotConfig(self.guard.own_classes, float(p.half_life_ns), bool(p.inherit), bool(p.adaptive), int(p.refresh))
         while True:
             t = self.table
             objs = HotObjects(t.kv, t.meta, t.free, t.cols["score"], t.cols["last"])
@@ -167,8 +176,8 @@ class HotnessHints(HintPolicy):
     def describe(self):
         p = self.params
         return {"half_life_ns": p.half_life_ns, "inherit": p.inherit, "adaptive": p.adaptive,
-                "edges_log2": [float(e) for e in self.ranking.edges] if self.ranking.state[0] else [],
-                "objects_tracked_at_end": self.table.count}
+                "edges_log2": [float(e) for e in self.ranking.edges if np.isfinite(e)] if self.ranking.state[0] else [],
+                "objects_tracked_at_end": self.table.count, **self.guard.describe()}
 
     def memory_bytes(self):
-        return self.table.nbytes()
+        return self.table.nbytes() + self.guard.memory_bytes()

@@ -5,7 +5,11 @@ there are more pairs than classes), so e.g. quantized copies, parity objects
 and each tenant's KV end up in separate placement ids when the device has
 enough of them.
 
-Knows: the kind and tenant of the object being written (and which pairs wrote before).
+Guarded (:mod:`kvreplay.hints.abstain`, unordered classes): while the pairs' classes do not explain enough of
+the spread of the lifetimes seen to die (correlation ratio below ``min_separation``), every write goes to class 0.
+
+Knows: the kind and tenant of the object being written (and which pairs wrote before), and the deaths on the
+tier of the writes it placed before.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 from devicemodels.jit import njit
 
 from kvreplay.hints.registry import HINTS
+from kvreplay.hints.abstain import AbstainGuard, AbstainParams
 from kvreplay.hints.base import HintPolicy
 from kvreplay.layout.objtable import ObjTable, ot_full, ot_insert
 
@@ -51,25 +56,34 @@ def _type_kernel(start, kind, tenant, writes, pairs, out, n_classes):
 
 @HINTS.register("type")
 class TypeHints(HintPolicy):
-    knows = "the written object's kind and tenant only"
+    knows = ("the written object's kind and tenant, and the lifetimes of its earlier writes that already died on "
+             "the tier (it abstains to class 0 while the pairs do not separate them)")
+    Params = AbstainParams
     columns = ("kind", "tenant")
 
     def __init__(self, n_classes, params=None, *, seed=0, tier=3):
         super().__init__(n_classes, params, seed=seed, tier=tier)
         self.pairs = ObjTable({"cls": (np.int16, 0)}, initial=64)
         self.seen = np.zeros(1, np.int64)
+        self.guard = AbstainGuard(self.n_classes, self.params, ordered=False)  # pairs are labels, not ranks
 
     def _assign(self, batch, actions, writes):
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+
+    def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)
         w = writes.astype(np.int64)
         j = 0
         while True:
             p = self.pairs
             pairs = TypePairs(p.kv, p.meta, p.free, p.cols["cls"], self.seen)
-            j = _type_kernel(j, batch["kind"], batch["tenant"], w, pairs, out, self.n_classes)
+            j = _type_kernel(j, batch["kind"], batch["tenant"], w, pairs, out, self.guard.own_classes)
             if j == len(w):
                 return out
             p.grow()
 
     def describe(self):
-        return {"pairs_seen": int(self.seen[0])}
+        return {"pairs_seen": int(self.seen[0]), **self.guard.describe()}
+
+    def memory_bytes(self):
+        return self.pairs.nbytes() + self.guard.memory_bytes()

@@ -35,8 +35,8 @@ def score_bin(x):
 
 @kernel
 def refresh_edges(hist, edges):
-    """Set ``edges`` (n-1 values) to the upper bounds of the bins where the histogram reaches k/n,
-    then halve the histogram (older scores weigh less)."""
+    """Set ``edges`` (n-1 values) to the distinct upper bounds of the bins where the histogram reaches k/n
+    (+inf for the spare ones), then halve the histogram (older scores weigh less)."""
     total = 0.0
     for k in range(len(hist)):
         total += hist[k]
@@ -48,6 +48,15 @@ def refresh_edges(hist, edges):
         while j < len(edges) and acc * m >= (j + 1) * total:
             edges[j] = (k + 1) / BINS_PER_OCTAVE
             j += 1
+    # quantiles that fall in the same bin give the same edge: keep each edge once and put the spare ones at
+    # +inf, so the classes in use are 0..d (fewer classes) instead of classes left empty between used ones
+    d = 0
+    for k in range(len(edges)):
+        if k == 0 or edges[k] > edges[d - 1]:
+            edges[d] = edges[k]
+            d += 1
+    for k in range(d, len(edges)):
+        edges[k] = np.inf
     for k in range(len(hist)):
         hist[k] *= 0.5
 

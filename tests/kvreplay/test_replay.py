@@ -110,11 +110,17 @@ def test_compile_time_is_reported_apart(trace, tmp_path):
 
 def test_oracle_lowers_waf_on_fdp(trace, tmp_path):
     wafs = {}
-    for h in ("none", "oracle", "type"):
-        replay_cli(trace, tmp_path / h, "--hints", h, "--fill-ratio", "1.0")
-        wafs[h] = result(tmp_path / h)["jobs"][0]["waf"]
+    # type's own classes (unguarded) and with an abstain guard that may decide on this short trace's deaths
+    runs = {"none": (), "oracle": (), "type": ("--param", "abstain=false"),
+            "type-guarded": ("--param", "min_deaths=128", "--param", "confirm=1")}
+    for name, extra in runs.items():
+        replay_cli(trace, tmp_path / name, "--hints", name.split("-")[0], "--fill-ratio", "1.0", *extra)
+        wafs[name] = result(tmp_path / name)["jobs"][0]["waf"]
     assert wafs["none"] > 1.05  # mixed lifetimes in one RUH cost GC copies
     assert wafs["oracle"] < wafs["none"] and wafs["type"] < wafs["none"]  # kind follows lifetime in this trace
+    guard = result(tmp_path / "type-guarded")["jobs"][0]["hint_policy"]
+    assert guard["abstained_bytes_share"] < 1 and guard["separation_at_end"] >= 0.5  # it follows, and it pays
+    assert wafs["type-guarded"] < wafs["none"]
 
 
 def test_same_seed_same_bytes_and_rerun_from_config(trace, tmp_path):

@@ -35,7 +35,7 @@ def test_writes_before_the_tiers_first_eviction_get_the_last_class(rows):
 
         act, tidx = select(action_table(S.TIER_SSD), x["op"], x["tier"])
         pol.assign(x, act, tidx[act[tidx] == A_WRITE])
-    assert pol.describe() == {"writes_before_first_eviction": 3}
+    assert pol.describe() == {"writes_before_first_eviction": 3, "abstained_writes_share": 0.4}  # 2 of 5 writes
 
 
 def test_fill_phase_is_online(lifetimes_trace):
