@@ -331,9 +331,17 @@ class LearnedParams:
     retrain_writes: int = param(16384, "refit the model every this many tier writes (trace order; the first "
                                        "fits at 1024, 2048, 4096... writes)")
     train_window: int = param(65536, "the model learns from the last this many writes, the older half of them")
-    train_rows: int = param(8192, "at most this many of them (an even stride), to bound the cost of a fit")
+    train_rows: int = param(4096, "at most this many of them (an even stride), to bound the cost of a fit")
     min_deaths: int = param(64, "tier deaths needed before the first fit")
-    max_iter: int = param(30, "boosting iterations per fit (HistGradientBoostingRegressor max_iter)")
+    max_iter: int = param(20, "boosting iterations per fit (HistGradientBoostingRegressor max_iter)")
+
+
+def _one_thread():
+    """Fits and predictions on one OpenMP thread: the models are small, and on a shared machine the threads'
+    spinning cost ten times the work (Mooncake: 73 s of fits on 2 threads at load 9.6, 6 s on one)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 FIRST_FIT = 1024  # writes before the first fit; then 2x, 4x... up to retrain_writes
@@ -402,8 +410,9 @@ class LearnedHints(HintPolicy):
         x = self.ring_rows[idx]
         model = HistGradientBoostingRegressor(max_iter=self.params.max_iter, early_stopping=False,
                                               random_state=self.seed)
-        model.fit(x, y)
-        pred = model.predict(x)
+        with _one_thread():
+            model.fit(x, y)
+            pred = model.predict(x)
         self.model = model
         self.edges = np.quantile(pred, np.arange(1, self.n_classes) / self.n_classes)
         self.fits += 1
@@ -411,7 +420,9 @@ class LearnedHints(HintPolicy):
     def _predict(self, rows: np.ndarray) -> np.ndarray:
         if self.model is None or len(rows) == 0:
             return np.zeros(len(rows), np.int16)
-        return np.searchsorted(self.edges, self.model.predict(rows), side="left").astype(np.int16)
+        with _one_thread():
+            score = self.model.predict(rows)
+        return np.searchsorted(self.edges, score, side="left").astype(np.int16)
 
     def _assign(self, batch, actions, writes):
         rows, birth, dw, dl, ds = self.stream.batch(batch, actions, len(writes))
