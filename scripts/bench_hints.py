@@ -30,15 +30,23 @@ PARAMS = ["op_ratio=0.07", "fill_ratio=1.0"]
 
 
 def main() -> None:
-    from bench_replay import run_child
+    from bench_replay import build_mooncake, run_child
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "bench")
     ap.add_argument("--runs", type=int, default=5, help="runs per policy (medians are reported)")
     ap.add_argument("--hints", default="learned", help="the policy compared with none")
     ap.add_argument("--trace", type=Path, help="another lifecycle trace instead of the Mooncake one")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="N > 1: the Mooncake trace N times back to back as scripts/bench_replay.py builds it "
+                         "(its default tiers: 2 TiB SSD), so fixed costs (the scikit-learn import) weigh less")
     a = ap.parse_args()
     trace = a.trace
+    if trace is None and a.copies > 1:
+        trace = a.cache / f"mooncake-x{a.copies}.parquet"
+        if not trace.exists():
+            a.cache.mkdir(parents=True, exist_ok=True)
+            build_mooncake(trace, a.copies)
     if trace is None:
         trace = a.cache / "mooncake-conversation-1TiB-s3fifo.parquet"
         if not trace.exists():
