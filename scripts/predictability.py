@@ -13,7 +13,9 @@ this script:
    halves - an upper bound for any learner on these features) and prints each end-to-end WAF and its
    share of the oracle's cut, (WAF_none - WAF_x) / (WAF_none - WAF_oracle).
 
-Run: ``python scripts/predictability.py TRACE [--op-ratio 0.07] [--fill-ratio 1.0] [-p K=V ...] [--json OUT]``.
+Run: ``python scripts/predictability.py TRACE [--op-ratio 0.07] [--fill-ratio 1.0] [-p K=V ...] [--json OUT]``;
+``python scripts/predictability.py --rows NAME=OUT.json ...`` prints the table rows of the hints guide from
+saved outputs (docs/figures/predictability/).
 Needs scikit-learn (``pip install 'kvbed[learn]'``).
 """
 
@@ -43,7 +45,28 @@ def waf_of(trace: str, device: str, hints: str, params: list[str]) -> tuple[floa
     return job["end_to_end_waf"], time.perf_counter() - t0, job.get("hint_policy", {})
 
 
+def markdown_row(path: Path, name: str) -> str:
+    """The docs table row (docs/guides/replay-and-hints.md) of a saved ``--json`` output."""
+    r = json.loads(Path(path).read_text())
+    w = {k: v["end_to_end_waf"] for k, v in r["replays"].items()}
+    sh = {k: v["oracle_cut_share"] for k, v in r["replays"].items()}
+    cs, cf = r["causal_split"], r["cross_fit"]
+
+    def x(k: str) -> str:
+        return f"{w[k]:.4f} ({sh[k]:+.0%})"
+
+    return (f"| {name} | {r['writes']:,} | {r['entropy_bits']:.3f} | {cf['joint_mi_bits_lower_bound']:.3f} | "
+            f"{cs['accuracy']:.3f} ({cs['majority_accuracy']:.3f}) | {cf['accuracy']:.3f} "
+            f"({cf['within_one_class']:.3f}) | {w['none']:.4f} | {x('learned')} | "
+            f"{x('classifier-oracle (offline)')} | {x('regressor-oracle (offline)')} | {w['oracle']:.4f} |")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--rows":  # --rows NAME=saved.json ...: the docs table rows
+        for arg in sys.argv[2:]:
+            name, path = arg.split("=", 1)
+            print(markdown_row(Path(path), name))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
     ap.add_argument("--device", default="fdp")

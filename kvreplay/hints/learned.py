@@ -21,6 +21,12 @@ deaths), every write goes to class 0 (it knows nothing yet).
 Classes depend only on events up to the write and never on batch boundaries: the rows do not depend on the
 model, and each refit happens at a fixed write count with the deaths stamped before it.
 
+Measured (``scripts/predictability.py``, fdp op_ratio 0.07, fill_ratio 1.0, end-to-end WAF none -> learned,
+oracle; saved in docs/figures/predictability/): Mooncake (S3-FIFO SSD tier 1 TiB) 1.1153 -> 1.0204, oracle
+1.0000 (82% of the oracle's cut; 94% with retrain_writes=16384); the synthetic trace seeds 0 and 1 1.8385 ->
+1.9022 and 2.0589 -> 2.1136 (worse than none: there deaths are the application's deletes, which these features
+do not predict - see "How predictable is the oracle's class?" in docs/guides/replay-and-hints.md).
+
 Knows: the past only - every tier's events up to the write, and the lifetimes of copies that already died.
 """
 
