@@ -11,6 +11,7 @@ hotness         the past: decayed reuse count (recency + frequency, LRFU-like)
 predicted       the past: lifetimes learned online per feature bucket
 type            the written object's kind and tenant
 fill-phase      the past: whether the tier has evicted yet (last class before, class 0 after)
+learned         the past: a boosted-tree lifetime model refit online on the deaths seen (scikit-learn)
 =============== ===============================================================
 
 ``type``, ``hotness`` and ``predicted`` are guarded (:mod:`~kvreplay.hints.abstain`): they abstain to class 0,
@@ -20,7 +21,7 @@ as no hints, while the deaths of their own earlier writes show their classes do 
 from __future__ import annotations
 
 # Registration happens on import of each policy module.
-from kvreplay.hints import fill_phase, hotness, noisy_oracle, none, objtype, oracle, predicted  # noqa: F401
+from kvreplay.hints import fill_phase, hotness, learned, noisy_oracle, none, objtype, oracle, predicted  # noqa: F401
 from kvreplay.hints.base import Future, HintPolicy
 from kvreplay.hints.registry import HINTS
 

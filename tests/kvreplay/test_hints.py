@@ -21,7 +21,7 @@ from kvreplay.replay.scan import SCAN_COLUMNS, scan_trace
 from tests.support.replay_fixtures import rewrite, truncate, two_lifetimes
 from kvbed.core.errors import KvbedError
 
-ONLINE = ("none", "hotness", "predicted", "type", "fill-phase")
+ONLINE = ("none", "hotness", "predicted", "type", "fill-phase", "learned")
 GUARDED = ("hotness", "predicted", "type")  # kvreplay.hints.abstain
 GUARD_EAGER = dict(min_deaths=64, confirm=1, min_separation=-1.0)
 
@@ -181,7 +181,8 @@ def test_type_assigns_pairs_in_order_of_first_write(tmp_path):
 
 
 def test_registry_and_knowledge_statements():
-    assert HINTS.names() == ["fill-phase", "hotness", "noisy-oracle", "none", "oracle", "predicted", "type"]
+    assert HINTS.names() == ["fill-phase", "hotness", "learned", "noisy-oracle", "none", "oracle", "predicted",
+                            "type"]
     for name in HINTS.names():
         cls = HINTS.get(name)
         assert cls.knows and isinstance(cls.knows, str)

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Benchmark a hint policy's cost: replay time with ``learned`` (or any policy) against ``none`` (issue 23: a
+learned policy costs at most 2x the replay time of ``none``).
+
+What is measured: ``Replay.run()`` in a fresh process per run (scripts/bench_replay.py's child: both passes,
+result assembly; not interpreter start-up), ``none`` and the policy alternating run by run (the order swapped
+every pair) so both see the same machine load; medians, their ratio, and the ratio of CPU seconds (the child's
+threads; scikit-learn fits use OpenMP threads, so CPU time shows the cost the wall clock may hide).
+
+Trace: the Mooncake conversation trace as kv-hints-fdp imports it (1 TiB S3-FIFO SSD tier), replayed on fdp
+with op_ratio 0.07 and fill_ratio 1.0 (the setting where the oracle cuts WAF by 10%). Built once under
+``--cache``. Numba kernels come from the on-disk cache (a warm-up run of each policy fills it).
+
+Run: ``python scripts/bench_hints.py [--runs 5] [--hints learned]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+MOONCAKE = (ROOT / "../shared/data/traces/mooncake/conversation_trace.jsonl").resolve()
+PARAMS = ["op_ratio=0.07", "fill_ratio=1.0"]
+
+
+def main() -> None:
+    from bench_replay import build_mooncake, run_child
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "bench")
+    ap.add_argument("--runs", type=int, default=5, help="runs per policy (medians are reported)")
+    ap.add_argument("--hints", default="learned", help="the policy compared with none")
+    ap.add_argument("--trace", type=Path, help="another lifecycle trace instead of the Mooncake one")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="N > 1: the Mooncake trace N times back to back as scripts/bench_replay.py builds it "
+                         "(its default tiers: 2 TiB SSD), so fixed costs (the scikit-learn import) weigh less")
+    a = ap.parse_args()
+    trace = a.trace
+    if trace is None and a.copies > 1:
+        trace = a.cache / f"mooncake-x{a.copies}.parquet"
+        if not trace.exists():
+            a.cache.mkdir(parents=True, exist_ok=True)
+            build_mooncake(trace, a.copies)
+    if trace is None:
+        trace = a.cache / "mooncake-conversation-1TiB-s3fifo.parquet"
+        if not trace.exists():
+            a.cache.mkdir(parents=True, exist_ok=True)
+            kvbed = Path(sys.executable).parent / "kvbed"
+            subprocess.run([str(kvbed), "trace", "import", "mooncake", str(MOONCAKE), "-o", str(trace),
+                            "--ssd-bytes", "1TiB", "--policy", "ssd=s3fifo"], check=True, capture_output=True)
+    print(f"trace {trace}; fdp {' '.join(PARAMS)}; warm-up ...", flush=True)
+    for h in ("none", a.hints):
+        run_child(trace, "fdp", h, PARAMS)
+    load0 = os.getloadavg()[0]
+    rs: dict[str, list[dict]] = {"none": [], a.hints: []}
+    for i in range(a.runs):
+        for h in (("none", a.hints) if i % 2 == 0 else (a.hints, "none")):
+            rs[h].append(run_child(trace, "fdp", h, PARAMS))
+    load = (load0 + os.getloadavg()[0]) / 2
+    wall = {h: statistics.median(r["wall_s"] for r in v) for h, v in rs.items()}
+    cpu = {h: statistics.median(r["cpu_s"] for r in v) for h, v in rs.items()}
+    print(f"{'hints':10} {'median wall s':>14} {'median cpu s':>13}   runs (wall s)")
+    for h in rs:
+        runs = " ".join(f"{r['wall_s']:.2f}" for r in rs[h])
+        print(f"{h:10} {wall[h]:14.2f} {cpu[h]:13.2f}   {runs}")
+    print(f"{a.hints}/none: wall {wall[a.hints] / wall['none']:.2f}x, cpu {cpu[a.hints] / cpu['none']:.2f}x "
+          f"(load average {load:.1f}, {a.runs} runs each, alternating)")
+    print(f"WAF none {rs['none'][0]['waf']:.4f}, {a.hints} {rs[a.hints][0]['waf']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

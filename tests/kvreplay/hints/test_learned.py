@@ -1,0 +1,117 @@
+"""``learned`` (issue 23): causal feature rows by hand, the refit schedule, causality (check_online: the future
+removed, other batch sizes), what it learns on the two-lifetime trace, and the predictability analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvreplay import schema as S
+from kvreplay.hints import HINTS
+from kvreplay.hints.learned import FEATURES, FeatureStream, LearnedHints, next_fit
+from kvreplay.hints.testing import check_online, classes_of
+from kvreplay.layout.actions import A_WRITE, action_table, select
+from kvbed.core.errors import KvbedError
+
+pytest.importorskip("sklearn")
+
+MiB = 1 << 20
+F = {f: i for i, f in enumerate(FEATURES)}
+
+
+def _rows(events, **cols):
+    ts, op, obj, tier = (np.array(c) for c in zip(*events))
+    b = S.make_batch(ts_ns=ts, op=op, obj_id=obj, tier=tier, nbytes=np.full(len(ts), MiB),
+                     **{k: np.array(v) for k, v in cols.items()})
+    act, tidx = select(action_table(S.TIER_SSD), b["op"], b["tier"])
+    st = FeatureStream("bytes", S.TIER_SSD)
+    return st.batch(b, act, int((act[tidx] == A_WRITE).sum()))
+
+
+def test_feature_rows_and_deaths_by_hand():
+    # obj 1 written (content 7), read twice on the GPU, evicted from the SSD after obj 2's write; obj 3 has the
+    # same content 7 and is written after; obj 2 (parent 1: depth 1) rewritten (its first copy dies).
+    ev = [(0, S.OP_PERSIST, 1, S.TIER_SSD), (10, S.OP_HIT, 1, S.TIER_GPU), (20, S.OP_LOAD, 1, S.TIER_GPU),
+          (30, S.OP_PERSIST, 2, S.TIER_SSD), (40, S.OP_EVICT, 1, S.TIER_SSD), (50, S.OP_PERSIST, 3, S.TIER_SSD),
+          (60, S.OP_PERSIST, 2, S.TIER_SSD)]
+    rows, birth, dw, dl, ds = _rows(ev, content_key=[7, 7, 7, 8, 7, 7, 8], parent_id=[0, 0, 0, 1, 0, 0, 1],
+                                    request_id=[0, 0, 0, 0, 0, 1, 1], session_id=[5, 5, 5, 5, 5, 5, 5])
+    assert len(rows) == 4
+    assert birth.tolist() == [MiB, 2 * MiB, 3 * MiB, 4 * MiB]  # the bytes clock after each write
+    # deaths, each stamped with the writes made before it: obj 1 (write 0, born at 1 MiB) evicted at 2 MiB;
+    # obj 2's first copy (write 1, born at 2 MiB) replaced by the rewrite at 3 MiB (before the rewrite's bytes)
+    assert dw.tolist() == [0, 1] and dl.tolist() == [MiB, MiB] and ds.tolist() == [2, 3]
+    r = rows
+    assert r[:, F["log2_depth"]].tolist() == [0.0, 1.0, 0.0, 1.0]  # log2(depth + 1)
+    assert r[:, F["turn"]].tolist() == [0, 0, 1, 0]  # obj 3 first seen in the session's second request
+    assert r[:, F["content_tier_writes"]].tolist() == [0, 0, 1, 1]  # content 7 written once before obj 3
+    assert r[:, F["content_reads"]].tolist() == [0, 0, 2, 0]  # the hit and the load of content 7
+    assert r[2, F["log2_since_content_event"]] == pytest.approx(np.log2(10 + 1))  # its eviction at 40
+    assert r[2, F["log2_since_content_write"]] == pytest.approx(np.log2(50 + 1))
+    assert r[2, F["log2_prev_copy_life"]] == pytest.approx(np.log2(MiB + 1))  # obj 1's copy lived 1 MiB
+    assert r[1, F["log2_prev_copy_life"]] == -1.0  # content 8 never on the tier before
+    assert r[3, F["log2_prev_copy_life"]] == pytest.approx(np.log2(MiB + 1))  # the copy this write replaces
+    assert r[:, F["log2_tier_evictions"]].tolist() == [0.0, 0.0, 1.0, 1.0]
+    # live bytes / peak so far: 0/1 (nothing yet), 1/1, 1/2 (obj 1 evicted), 1/2 (the copy being replaced is gone)
+    assert r[:, F["tier_live_share"]].tolist() == [0.0, 1.0, 0.5, 0.5]
+    assert r[:, F["tier_capacities_written"]].tolist() == [0.0, 1.0, 1.0, 1.5]
+
+
+def test_refit_schedule():
+    assert [next_fit(n, 16384) for n in (0, 1023, 1024, 3000, 8192, 16383, 16384, 40000)] == \
+        [1024, 1024, 2048, 4096, 16384, 16384, 32768, 49152]
+    assert [next_fit(n, 1000) for n in (0, 999, 1000)] == [1000, 1000, 2000]  # every < FIRST_FIT: plain multiples
+
+
+def test_learned_is_online(lifetimes_trace):
+    rep = check_online(HINTS.get("learned"), lifetimes_trace(3000))
+    assert rep.classes_used >= 2 and rep.prefix_writes > 1024  # fitted before the cut: the check bites
+
+
+def test_learned_separates_short_from_long_lived_writes(lifetimes_trace):
+    """The two-lifetime trace: 60% of the objects (quantized, tenant 1) live ~50 ms, the rest ~2 s (most past
+    the end). Its first fit (1024 writes, on the first 512) already puts 634 of the 645 short-lived writes up
+    to its second fit below every long-lived one; after the second fit (2048 writes) every short-lived write
+    gets a lower class than every long-lived one."""
+    path = lifetimes_trace(3000)
+    reader = S.TraceReader(path)
+    cls = classes_of(LearnedHints, reader.iter_batches(), n_classes=4)
+    kind = np.concatenate([b["kind"][(b["op"] == S.OP_PERSIST) & (b["tier"] == S.TIER_SSD)]
+                           for b in reader.iter_batches(["op", "tier", "kind"])])
+    short = kind == S.KIND["quantized"]
+    assert len(cls) == 3000 and abs(short.mean() - 0.6) < 0.05
+    assert (cls[:1024] == 0).all()  # nothing learned yet
+    first, late = slice(1024, 2048), slice(2048, None)
+    assert (cls[first][short[first]] < cls[first][~short[first]].min()).mean() > 0.95
+    assert cls[late][short[late]].max() < cls[late][~short[late]].min()
+
+
+def test_without_scikit_learn_it_says_so_in_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
+    with pytest.raises(KvbedError, match=r"needs scikit-learn .* pip install 'kvbed\[learn\]'"):
+        LearnedHints(4)
+
+
+def test_predictability_on_the_two_lifetime_trace(lifetimes_trace):
+    """Two oracle classes split at the weighted median lifetime: every long-lived write (kind exact) is in class
+    1, the short-lived ones (quantized) in class 0 except those whose random lifetime passes the median. The
+    features know the kind, not that random draw: I(kind; class) = H(class) - P(short) h(P(class 1 | short))
+    exactly, and no classifier beats 1 - P(short and class 1)."""
+    from kvreplay.hints.predictability import analyse, feature_table
+
+    tab = feature_table(lifetimes_trace(3000), n_classes=2)
+    res = analyse(tab, mi_sample=3000, block=256)
+    y = tab["oracle"]
+    short = tab["rows"][:, F["kind"]] == S.KIND["quantized"]
+    assert (y[~short] == 1).all() and 0.1 < y[short].mean() < 0.25  # 312 of 1821 short writes in class 1
+
+    def h(p):
+        return -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
+
+    assert res["entropy_bits"] == pytest.approx(h(y.mean()))
+    assert res["mi_bits"]["kind"] == pytest.approx(h(y.mean()) - short.mean() * h(y[short].mean()), rel=1e-3)
+    bayes = 1 - (short & (y == 1)).mean()
+    assert bayes - 0.02 < res["cross_fit"]["accuracy"] <= bayes + 0.005
+    assert res["cross_fit"]["joint_mi_bits_lower_bound"] <= res["entropy_bits"]
