@@ -34,6 +34,7 @@ from typing import Any
 from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
+from testbed.study.labreport import lab_findings, oracle_share_figure
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 
@@ -62,11 +63,9 @@ def _setting_cols(doc: dict[str, Any]) -> list[str]:
 
 
 def _label(row: Any, cols: list[str]) -> str:
-    def val(c: str) -> str:
-        v = row[c]
-        return "-" if v is None or v != v else str(v)
+    from testbed.study.table import setting_label
 
-    return ", ".join(val(c) if c == "trace" else f"{c.split('.')[-1]}={val(c)}" for c in cols) or "all"
+    return setting_label(row, cols)
 
 
 def _agg(df: Any, keys: list[str], metric: str) -> Any:
@@ -389,6 +388,7 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
                    ("; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation." if none_sig
                     else "."))
         out += [f"{dev}, {line}." for line in lines]
+    out += lab_findings(df, cols)
     out += fault_findings(df, cols)
     out += _saturation_findings(df)
     return out
@@ -498,6 +498,10 @@ def write_report(study_dir: Path) -> list[Path]:
             png = _per_ruh(study_dir, df)
             if png:
                 plots["per_ruh_bytes.png"] = png
+        elif name == "oracle_share_by_hints":
+            fig = oracle_share_figure(df, cols)
+            if fig is not None:
+                plots["oracle_share_by_hints.png"] = _png(fig)
         elif name == "loads_by_contract":
             fig = loads_by_contract_figure(df, cols)
             if fig is not None:
