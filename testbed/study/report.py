@@ -13,12 +13,16 @@ Plots (``[study] plots``):
 - ``per_ruh_bytes``: host bytes (GiB) per FDP reclaim unit handle, a panel per setting, a bar per hint policy,
   the mean over seeds;
 - ``loads_by_contract``: in a study with faults, the loads served wrong after them (all, and those through a
-  stale index entry) by recovery contract, a bar group per fault setting (:mod:`testbed.study.faultreport`).
+  stale index entry) by recovery contract, a bar group per fault setting (:mod:`testbed.study.faultreport`);
+- ``oracle_share_by_hints``: in a study with the hint lab (``replay.hint_lab = true``), the share of the oracle's
+  end-to-end WAF cut each policy captures, a bar group per setting, between the 0% (none) and 100% (oracle)
+  lines (:mod:`testbed.study.labreport`).
 
 Each plot has a ``*_figure`` function returning the matplotlib Figure (the tests inspect it).
 
-The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it, and
-in a study with faults says what each contract let through and what it cost.
+The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it, in a
+study with the hint lab gives each policy's share of the oracle's WAF cut, and in a study with faults says what
+each contract let through and what it cost.
 """
 
 from __future__ import annotations
