@@ -342,12 +342,14 @@ def per_ruh_figure(study_dir: Path, df: Any, cols: list[str]) -> Any:
 
 
 def findings(df: Any, doc: dict[str, Any]) -> list[str]:
-    """Sentences: per device and policy, the change of end-to-end WAF against ``none`` over the settings."""
-    out: list[str] = []
+    """Sentences: in a study with the hint lab, first the share of the oracle's WAF cut per policy
+    (:mod:`testbed.study.labreport`); per device and policy, the change of end-to-end WAF against ``none`` over
+    the settings; then what a fault study's contracts let through, and the saturated points."""
     cols = _setting_cols(doc)
     a = _agg(df, ["device", *cols, "policy"], "end_to_end_waf")
     if a.empty:
         return ["No point has finished yet."]
+    out: list[str] = lab_findings(df, cols)  # a hint-lab study's headline: the share of the oracle's cut
     for dev in dict.fromkeys(a["device"]):
         d = a[a["device"] == dev]
         if "none" not in set(d["policy"]):
@@ -392,7 +394,6 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
                    ("; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation." if none_sig
                     else "."))
         out += [f"{dev}, {line}." for line in lines]
-    out += lab_findings(df, cols)
     out += fault_findings(df, cols)
     out += _saturation_findings(df)
     return out
