@@ -82,8 +82,12 @@ def test_the_plot_has_a_bar_per_policy_and_setting_at_the_mean_share():
     assert [p.get_height() for p in ax.patches] == pytest.approx([40, 80, -10, 1, 90, 90])
     assert sorted(round(y, 6) for line in ax.get_lines() if len(line.get_ydata()) == 2
                   and line.get_ydata()[0] == line.get_ydata()[1] for y in line.get_ydata()[:1]) == [0, 100]
-    labels = sorted(t.get_text() for t in ax.texts if t.get_text().endswith("%") and "(" not in t.get_text())
-    assert labels == sorted(["40%", "80%", "-10%", "1%", "90%", "90%"])  # every bar labelled
+    bar_labels = [t for t in ax.texts if "=" not in t.get_text()]
+    assert sorted(t.get_text() for t in bar_labels) == sorted(["40%", "80%", "-10%", "1%", "90%", "90%"])
+    # each label beyond its CI bar: type at 0.07 (shares 50%, 30%) has CI t(1) * 14.14 / sqrt(2) = 127.06
+    assert next(t for t in bar_labels if t.get_text() == "40%").xy[1] == pytest.approx(40 + 12.706 * 10, abs=0.01)
+    assert next(t for t in bar_labels if t.get_text() == "90%").xy[1] == pytest.approx(90)  # no spread, no CI
+    assert sorted(t.get_text() for t in ax.texts if "=" in t.get_text()) == ["none = 0%", "oracle = 100%"]
     lo, hi = ax.get_ylim()
     assert lo < -10 and hi > 100  # the 0 and 100% lines and every bar in view
     assert "share of the oracle" in ax.get_ylabel() and "(%)" in ax.get_ylabel()
