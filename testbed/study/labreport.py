@@ -65,6 +65,18 @@ def _seeds(d: Any) -> str:
     return f"the mean over {'/'.join(map(str, n))} seeds per setting"
 
 
+def _best_by_trace(d: Any, cols: list[str]) -> str:
+    """'T1 p1 12.3% (2 settings); T2 ...' when the settings span more than one trace, else ''."""
+    if "trace" not in cols or d["trace"].nunique() < 2:
+        return ""
+    parts = []
+    for t in dict.fromkeys(d["trace"]):
+        means = d[d["trace"] == t].groupby("policy", sort=False)["mean"].agg(["mean", "count"])
+        best = means["mean"].idxmax()
+        parts.append(f"{t} {best} {_pct(means.loc[best, 'mean'])} ({int(means.loc[best, 'count'])} setting(s))")
+    return "; ".join(parts)
+
+
 def lab_findings(df: Any, cols: list[str]) -> list[str]:
     """Sentences per device: the best practical policy's share of the oracle's WAF cut (the headline), then per
     policy its share (mean over the settings, least and most with their setting) and its worst end-to-end WAF
@@ -89,6 +101,10 @@ def lab_findings(df: Any, cols: list[str]) -> list[str]:
             m, h, s = practical[0]
             out.append(f"{dev}: the best practical hint policy, {h}, captures {_pct(m)} of the oracle's end-to-end "
                        f"WAF cut on average over {len(s)} setting(s) ({what}).")
+            by_trace = _best_by_trace(d[d["policy"].map(is_practical)], cols)
+            if by_trace:
+                out.append(f"{dev}, the best practical hint policy by trace (share of the oracle's cut, mean over "
+                           f"the trace's settings): {by_trace}.")
         for m, h, s in ranked:
             lo, hi = s.loc[s["mean"].idxmin()], s.loc[s["mean"].idxmax()]
             spread = (f"least {_pct(lo['mean'])} at {lo['setting']}, most {_pct(hi['mean'])} at {hi['setting']}"

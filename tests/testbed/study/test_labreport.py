@@ -92,3 +92,13 @@ def test_the_plot_has_a_bar_per_policy_and_setting_at_the_mean_share():
     assert lo < -10 and hi > 100  # the 0 and 100% lines and every bar in view
     assert "share of the oracle" in ax.get_ylabel() and "(%)" in ax.get_ylabel()
     assert "WAF_none - WAF_policy" in fig._suptitle.get_text()
+
+
+def test_settings_over_traces_get_the_best_practical_policy_per_trace():
+    df = _table()
+    df["trace"] = df[OP].map({0.07: "mooncake", 0.28: "synth"})
+    got = lab_findings(df, [OP, "trace"])
+    # the noisy oracle (90% on both) is no practical policy; type: 40% on mooncake, 80% on synth
+    assert got[1] == ("fdp, the best practical hint policy by trace (share of the oracle's cut, mean over the "
+                      "trace's settings): mooncake type 40.0% (1 setting(s)); synth type 80.0% (1 setting(s)).")
+    assert "by trace" not in " ".join(lab_findings(_table(), COLS))  # one trace: no such sentence
