@@ -8,6 +8,8 @@ import pytest
 
 from testbed.study.labreport import lab_findings, oracle_share_figure, share_table
 from testbed.study.report import findings
+from tests.support.cli import kvbed, ok
+from tests.support.paths import ROOT
 
 OP = "replay.param.op_ratio"
 COLS = [OP]
@@ -102,3 +104,19 @@ def test_settings_over_traces_get_the_best_practical_policy_per_trace():
     assert got[1] == ("fdp, the best practical hint policy by trace (share of the oracle's cut, mean over the "
                       "trace's settings): mooncake type 40.0% (1 setting(s)); synth type 80.0% (1 setting(s)).")
     assert "by trace" not in " ".join(lab_findings(_table(), COLS))  # one trace: no such sentence
+
+
+def test_the_reduced_study_reports_the_shares_end_to_end(tmp_path):
+    """studies/reduced/practical-hints.toml: every point runs the lab; none's share is 0 and the oracle's 1 by
+    definition, and the report leads with the best practical policy's share and draws the plot."""
+    out = tmp_path / "ph"
+    ok(kvbed("study", "run", ROOT / "studies" / "reduced" / "practical-hints.toml", "-o", out, "-j", "1", "-q"))
+    df = pd.read_csv(out / "table.csv")
+    share = dict(zip(df["policy"], df["oracle_waf_cut_captured_ratio"]))
+    assert share["none"] == 0 and share["oracle"] == pytest.approx(1)
+    for p in ("type", "predicted"):  # the lab's definition, from the grid's own none and oracle points
+        waf = dict(zip(df["policy"], df["end_to_end_waf"]))
+        assert share[p] == pytest.approx((waf["none"] - waf[p]) / (waf["none"] - waf["oracle"]), abs=1e-9)
+    found = (out / "report.md").read_text().split("## Findings\n\n- ")[1]
+    assert found.startswith("fdp: the best practical hint policy, ")
+    assert (out / "plots" / "oracle_share_by_hints.png").stat().st_size > 0
