@@ -6,7 +6,7 @@ KVBED  := $(VENV)/bin/kvbed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 DEMO_DIR ?= results/demo
 
-STUDIES ?= kv-hints-fdp what-decides-death how-many-ruhs fdp-vs-zns faults-contracts
+STUDIES ?= kv-hints-fdp what-decides-death how-many-ruhs fdp-vs-zns faults-contracts practical-hints
 
 .PHONY: demo test test-fast test-engines host-setup venv bench studies docs clean
 

@@ -3,10 +3,11 @@
 
 From each study directory given (results/studies/<name>), everything comes from the saved study files:
 
-- docs/findings.md: per study its findings (testbed.study.report.findings) and its end-to-end WAF by hint
-  policy with 95% intervals;
-- the README's headline (between ``<!-- findings:headline -->`` and ``<!-- findings:end -->``): the first
-  finding per device of each study, as docs/findings.md states it (``headline()``; a test keeps them in step);
+- docs/findings.md: per study its findings (testbed.study.report.findings), its end-to-end WAF by hint
+  policy with 95% intervals and, in a hint-lab study, the share of the oracle's WAF cut per policy;
+- the README's headline (between ``<!-- findings:headline -->`` and ``<!-- findings:end -->``): the oracle's
+  and predicted hints' WAF change per device of each study and the best practical policy's share of the
+  oracle's cut, as docs/findings.md states them (``headline()``; a test keeps them in step);
 - docs/gallery.md and docs/gallery/<study>-<plot>.png: the study's plots, copied from its plots/ directory.
 
     python scripts/studies_docs.py results/studies/kv-hints-fdp results/studies/...
@@ -58,6 +59,7 @@ CAPTIONS = {
     "gc_stall_by_hints": "foreground GC stall (sum over stalls) by hint policy, per setting",
     "per_ruh_bytes": "bytes written per reclaim unit handle",
     "loads_by_contract": "loads served wrong after the faults (all, and through a stale index entry) by contract",
+    "oracle_share_by_hints": "share of the oracle's end-to-end WAF cut each hint policy captures, per setting",
 }
 #: a fault study's table in the findings (the rest of its metrics are in its report)
 FAULT_COLUMNS = ("loads_wrong", "stale_entry_loads", "stale_wrong_loads", "loads_detected", "loads_missing",
@@ -69,7 +71,8 @@ def section(study_dir: Path) -> str:
     import pandas as pd
 
     from testbed.study import table
-    from testbed.study.report import md_table, findings, interval_note, pivot_markdown
+    from testbed.study.labreport import FORMULA, share_table
+    from testbed.study.report import _setting_cols, md_table, findings, interval_note, pivot_markdown
     from testbed.study.table import dimensions
 
     doc = json.loads((study_dir / "study.json").read_text())
@@ -84,6 +87,11 @@ def section(study_dir: Path) -> str:
     if piv:
         out += [f"<details markdown=\"1\"><summary>end-to-end WAF by hint policy ({interval_note(summary)})</summary>", "",
                 piv, "", "</details>", ""]
+    shares = share_table(df, _setting_cols(doc))
+    if shares:  # a hint-lab study: the share of the oracle's WAF cut per policy
+        out += [f"<details markdown=\"1\"><summary>share of the oracle's WAF cut captured, {FORMULA} (per setting "
+                "the mean over seeds; the worst WAF change against the grid's none points)</summary>", "",
+                shares, "", "</details>", ""]
     if "loads_wrong" in doc["metrics"]:  # a fault study: its outcome counts per setting and contract
         keys = [c for c in dimensions(doc)[0] if c in summary.columns]
         metrics = [m for m in doc["metrics"] if m in FAULT_COLUMNS]
@@ -94,18 +102,23 @@ def section(study_dir: Path) -> str:
 
 def headline(findings_md: str) -> str:
     """The README's headline, a table read off docs/findings.md: per study and device, the average change of
-    end-to-end WAF against no hints under oracle hints (the future known) and predicted hints (the past only)."""
-    rows = ["| study | device | oracle | predicted | settings |", "|---|---|---|---|---|"]
+    end-to-end WAF against no hints under oracle hints (the future known) and predicted hints (the past only),
+    and, in a hint-lab study, the best practical policy's share of the oracle's WAF cut."""
+    rows = ["| study | device | oracle | predicted | best practical: share of the oracle's cut | settings |",
+            "|---|---|---|---|---|---|"]
     for block in re.split(r"(?m)^## ", findings_md)[1:]:
         name = block.splitlines()[0].strip()
-        for dev in re.findall(r"(?m)^- On (\S+), ", block):
+        for dev in dict.fromkeys(re.findall(r"(?m)^- On (\S+), ", block)):
             got = {pol: (chg, n) for pol, chg, n in re.findall(
                 rf"(?m)^- {re.escape(dev)}, (oracle|predicted) ([+-][\d.]+%) on average over (\d+) setting", block)}
             if not got and not re.search(rf"(?m)^- On {re.escape(dev)}, (no hint policy|\S+ hints change)", block):
                 continue  # a finding that is not about hint policies (a fault study's)
             n = next((v[1] for v in got.values()), "-")
             cells = [got[p][0] if p in got else "within the 95% intervals" for p in ("oracle", "predicted")]
-            rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {n} |")
+            best = re.search(rf"(?m)^- {re.escape(dev)}: the best practical hint policy, (\S+), captures "
+                             r"(-?[\d.]+%) of the oracle's end-to-end WAF cut", block)
+            share = f"{best[1]} {best[2]}" if best else "-"
+            rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {share} | {n} |")
     return "\n".join(rows) + "\n"
 
 

@@ -13,12 +13,16 @@ Plots (``[study] plots``):
 - ``per_ruh_bytes``: host bytes (GiB) per FDP reclaim unit handle, a panel per setting, a bar per hint policy,
   the mean over seeds;
 - ``loads_by_contract``: in a study with faults, the loads served wrong after them (all, and those through a
-  stale index entry) by recovery contract, a bar group per fault setting (:mod:`testbed.study.faultreport`).
+  stale index entry) by recovery contract, a bar group per fault setting (:mod:`testbed.study.faultreport`);
+- ``oracle_share_by_hints``: in a study with the hint lab (``replay.hint_lab = true``), the share of the oracle's
+  end-to-end WAF cut each policy captures, a bar group per setting, between the 0% (none) and 100% (oracle)
+  lines (:mod:`testbed.study.labreport`).
 
 Each plot has a ``*_figure`` function returning the matplotlib Figure (the tests inspect it).
 
-The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it, and
-in a study with faults says what each contract let through and what it cost.
+The findings paragraph compares each policy with ``none`` (the drive without hints) where the grid has it, in a
+study with the hint lab gives each policy's share of the oracle's WAF cut, and in a study with faults says what
+each contract let through and what it cost.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
+from testbed.study.labreport import lab_findings, oracle_share_figure
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 
@@ -62,11 +67,9 @@ def _setting_cols(doc: dict[str, Any]) -> list[str]:
 
 
 def _label(row: Any, cols: list[str]) -> str:
-    def val(c: str) -> str:
-        v = row[c]
-        return "-" if v is None or v != v else str(v)
+    from testbed.study.table import setting_label
 
-    return ", ".join(val(c) if c == "trace" else f"{c.split('.')[-1]}={val(c)}" for c in cols) or "all"
+    return setting_label(row, cols)
 
 
 def _agg(df: Any, keys: list[str], metric: str) -> Any:
@@ -339,12 +342,14 @@ def per_ruh_figure(study_dir: Path, df: Any, cols: list[str]) -> Any:
 
 
 def findings(df: Any, doc: dict[str, Any]) -> list[str]:
-    """Sentences: per device and policy, the change of end-to-end WAF against ``none`` over the settings."""
-    out: list[str] = []
+    """Sentences: in a study with the hint lab, first the share of the oracle's WAF cut per policy
+    (:mod:`testbed.study.labreport`); per device and policy, the change of end-to-end WAF against ``none`` over
+    the settings; then what a fault study's contracts let through, and the saturated points."""
     cols = _setting_cols(doc)
     a = _agg(df, ["device", *cols, "policy"], "end_to_end_waf")
     if a.empty:
         return ["No point has finished yet."]
+    out: list[str] = lab_findings(df, cols)  # a hint-lab study's headline: the share of the oracle's cut
     for dev in dict.fromkeys(a["device"]):
         d = a[a["device"] == dev]
         if "none" not in set(d["policy"]):
@@ -498,6 +503,10 @@ def write_report(study_dir: Path) -> list[Path]:
             png = _per_ruh(study_dir, df)
             if png:
                 plots["per_ruh_bytes.png"] = png
+        elif name == "oracle_share_by_hints":
+            fig = oracle_share_figure(df, cols)
+            if fig is not None:
+                plots["oracle_share_by_hints.png"] = _png(fig)
         elif name == "loads_by_contract":
             fig = loads_by_contract_figure(df, cols)
             if fig is not None:

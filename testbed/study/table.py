@@ -30,6 +30,15 @@ def dimensions(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
     return settings, partners
 
 
+def setting_label(row: Any, cols: list[str]) -> str:
+    """A setting as the reports name it: ``op_ratio=0.07, synth`` (the trace by its label), ``all`` without one."""
+    def val(c: str) -> str:
+        v = row[c]
+        return "-" if v is None or v != v else str(v)
+
+    return ", ".join(val(c) if c == "trace" else f"{c.split('.')[-1]}={val(c)}" for c in cols) or "all"
+
+
 def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
     """Every metric of one run's job entry (None where the device has no such figure)."""
     gc = job.get("gc") or {}

@@ -53,4 +53,5 @@ DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "er
                    "write_p99_ns")
 
 #: the report's plots (``[study] plots``; each described in :mod:`testbed.study.report`)
-PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes", "loads_by_contract")
+PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes", "loads_by_contract",
+         "oracle_share_by_hints")
