@@ -113,7 +113,7 @@ def main() -> None:
                 files[name] = Path(tmp) / f"{name}.npy"
                 np.save(files[name], c)
             given = "kvreplay.hints.predictability:GivenClasses"
-            runs = [("none", "none", []), ("oracle", "oracle", []), ("learned", "learned", []),
+            runs = [("none", "none", []), ("oracle", "oracle", []), ("learned", "learned", ["abstain=false"]),  # its own classes: the guard is the study's question
                     ("classifier-oracle (offline)", given, [f"classes_file={files['clf']}"]),
                     ("regressor-oracle (offline)", given, [f"classes_file={files['reg']}"])]
             for label, hints, extra in runs:

@@ -22,7 +22,7 @@ from tests.support.replay_fixtures import rewrite, truncate, two_lifetimes
 from kvbed.core.errors import KvbedError
 
 ONLINE = ("none", "hotness", "predicted", "type", "fill-phase", "learned")
-GUARDED = ("hotness", "predicted", "type")  # kvreplay.hints.abstain
+GUARDED = ("hotness", "predicted", "type", "learned")  # kvreplay.hints.abstain
 GUARD_EAGER = dict(min_deaths=64, confirm=1, min_separation=-1.0)
 
 

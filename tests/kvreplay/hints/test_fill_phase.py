@@ -1,5 +1,6 @@
-"""``fill-phase`` (issue 23, a safe cache-aware policy): writes before the tier's first eviction get the last
-class, every later write class 0 - by hand, whatever the batching, and causal (check_online)."""
+"""``fill-phase`` (issue 23, a safe cache-aware policy): writes before the first end of a copy on the tier
+(evict, invalidate or delete there) get the last class, every later write class 0 - by hand, whatever the
+batching, and causal (check_online)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ EV = [  # ts, op, obj, tier: 1 and 2 written, 1 evicted from the GPU (not the ti
 ]
 
 
-def _batch():
-    ts, op, obj, tier = (np.array(c) for c in zip(*EV))
+def _batch(ev=EV):
+    ts, op, obj, tier = (np.array(c) for c in zip(*ev))
     return S.make_batch(ts_ns=ts, op=op, obj_id=obj, tier=tier, nbytes=np.full(len(ts), 1 << 20))
 
 
@@ -35,7 +36,24 @@ def test_writes_before_the_tiers_first_eviction_get_the_last_class(rows):
 
         act, tidx = select(action_table(S.TIER_SSD), x["op"], x["tier"])
         pol.assign(x, act, tidx[act[tidx] == A_WRITE])
-    assert pol.describe() == {"writes_before_first_eviction": 3, "abstained_writes_share": 0.4}  # 2 of 5 writes
+    assert pol.describe() == {"writes_before_first_end": 3, "abstained_writes_share": 0.4}  # 2 of 5 writes
+
+
+# the application ends copies while the tier fills: 1 deleted in the GPU tier only (not a death on the tier:
+# 1's SSD copy stays), then 2 invalidated on the SSD before any eviction - the premise (what the filling tier
+# holds stays until eviction) is broken from that event on
+APP_END = [
+    (0, S.OP_PERSIST, 1, S.TIER_SSD), (1, S.OP_DELETE, 1, S.TIER_GPU), (2, S.OP_PERSIST, 2, S.TIER_SSD),
+    (3, S.OP_PERSIST, 5, S.TIER_SSD), (4, S.OP_INVALIDATE, 2, S.TIER_SSD), (5, S.OP_PERSIST, 3, S.TIER_SSD),
+    (6, S.OP_DELETE, 5, S.TIER_SSD), (7, S.OP_PERSIST, 4, S.TIER_SSD), (8, S.OP_EVICT, 3, S.TIER_SSD),
+]
+
+
+@pytest.mark.parametrize("rows", [1, 4, 9])
+def test_an_invalidate_or_delete_on_the_tier_ends_the_fill_like_an_eviction(rows):
+    b = _batch(APP_END)
+    batches = [b.take(slice(i, i + rows)) for i in range(0, b.n, rows)]
+    assert classes_of(HINTS.get("fill-phase"), batches, n_classes=4).tolist() == [3, 3, 3, 0, 0]
 
 
 def test_fill_phase_is_online(lifetimes_trace):

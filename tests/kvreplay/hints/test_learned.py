@@ -8,7 +8,7 @@ import pytest
 
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
-from kvreplay.hints.learned import FEATURES, FeatureStream, LearnedHints, next_fit
+from kvreplay.hints.learned import FEATURES, FeatureStream, LearnedHints, LearnedParams, next_fit
 from kvreplay.hints.testing import check_online, classes_of
 from kvreplay.layout.actions import A_WRITE, action_table, select
 from kvbed.core.errors import KvbedError
@@ -63,8 +63,13 @@ def test_refit_schedule():
     assert [next_fit(n, 1000) for n in (0, 999, 1000)] == [1000, 1000, 2000]  # every < FIRST_FIT: plain multiples
 
 
+#: a guard that decides early and follows whenever it measures a separation (the guard's state is then part of
+#: what the online check checks, not a constant class 0)
+EAGER = dict(min_deaths=64, confirm=1, min_separation=-1.0)
+
+
 def test_learned_is_online(lifetimes_trace):
-    rep = check_online(HINTS.get("learned"), lifetimes_trace(3000))
+    rep = check_online(HINTS.get("learned"), lifetimes_trace(3000), params=LearnedParams(**EAGER))
     assert rep.classes_used >= 2 and rep.prefix_writes > 1024  # fitted before the cut: the check bites
 
 
@@ -75,7 +80,7 @@ def test_learned_separates_short_from_long_lived_writes(lifetimes_trace):
     gets a lower class than every long-lived one."""
     path = lifetimes_trace(3000)
     reader = S.TraceReader(path)
-    cls = classes_of(LearnedHints, reader.iter_batches(), n_classes=4)
+    cls = classes_of(LearnedHints, reader.iter_batches(), n_classes=4, params=LearnedParams(abstain=False))
     kind = np.concatenate([b["kind"][(b["op"] == S.OP_PERSIST) & (b["tier"] == S.TIER_SSD)]
                            for b in reader.iter_batches(["op", "tier", "kind"])])
     short = kind == S.KIND["quantized"]
@@ -84,6 +89,36 @@ def test_learned_separates_short_from_long_lived_writes(lifetimes_trace):
     first, late = slice(1024, 2048), slice(2048, None)
     assert (cls[first][short[first]] < cls[first][~short[first]].min()).mean() > 0.95
     assert cls[late][short[late]].max() < cls[late][~short[late]].min()
+
+
+def _guarded(path, **params):
+    pol = LearnedHints(4, LearnedParams(**params))
+    lut, out = action_table(S.TIER_SSD), []
+    for b in S.TraceReader(path).iter_batches():
+        act, tidx = select(lut, b["op"], b["tier"])
+        out.append(pol.assign(b, act, tidx[act[tidx] == A_WRITE]))
+    return np.concatenate(out), pol.describe()
+
+
+def test_guarded_it_abstains_until_its_classes_order_the_lifetimes_seen_to_die(lifetimes_trace):
+    """The two-lifetime trace: by its end 1,253 copies have died, nearly all short-lived ones (the long-lived
+    mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.374 only.
+    Under predicted's bar (0.9, the default) the guard never follows: every write gets class 0, as no hints.
+    With a bar of 0.3 (deciding every 256 deaths, following after one separated decision) it follows from a
+    decision on: from then on the classes are exactly the unguarded ones; before, class 0."""
+    path = lifetimes_trace(3000)
+    raw = classes_of(LearnedHints, S.TraceReader(path).iter_batches(), n_classes=4,
+                     params=LearnedParams(abstain=False))
+    assert len(np.unique(raw[2048:])) > 1  # unguarded, it does separate (test above)
+    cls, d = _guarded(path, min_deaths=256, confirm=1)
+    assert (cls == 0).all() and d["abstained_writes_share"] == 1.0 and d["switches"] == 0
+    assert d["deaths_seen"] == 1253 and d["separation_max"] == pytest.approx(0.3739, abs=1e-4)
+    cls, d = _guarded(path, min_deaths=256, confirm=1, min_separation=0.3)
+    diff = np.flatnonzero(cls != raw)
+    assert (cls[diff] == 0).all()  # it only ever abstains to class 0
+    start = diff.max() + 1  # followed from here on
+    assert 2048 < start < 3000 and np.array_equal(cls[start:], raw[start:]) and d["switches"] == 1
+    assert (cls[:start] == 0).all()
 
 
 def test_without_scikit_learn_it_says_so_in_one_line(monkeypatch):
