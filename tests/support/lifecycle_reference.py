@@ -1,6 +1,7 @@
 """The capture's block-event mapping in plain Python, as kvbed had it before the per-block loop became a numba
 kernel (kvreplay/capture/mapkernel.py): an independent reference for tests/kvreplay/capture/test_mapkernel.py.
-The medium table, clear media, key mix and the extra-keys rule are the product's own (shared, not re-derived)."""
+The medium table, clear media, key mix, the extra-keys rule and the naming helpers (tier, scope, tenant,
+session codes) are the product's own (shared, not re-derived)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from kvreplay.capture.lifecycle import CLEAR_MEDIA, GROUP_MIX, MEDIA, U64, _extra_lora_salt
+from kvreplay.capture.lifecycle import CLEAR_MEDIA, GROUP_MIX, MEDIA, U64, LifecycleMapper, _extra_lora_salt
 from kvreplay.capture.wire import CLEARED, STORED, Batch
 from kvreplay.schema import (NO_ID, OP_COMMIT, OP_CREATE, OP_DELETE, OP_EVICT, OP_PERSIST, TIER, TIERS, EventBatch,
                              make_batch)
@@ -45,56 +46,13 @@ class ReferenceMapper:
                        "removes_of_absent_blocks": 0, "objects": 0, "placeholder_stores": 0,
                        "placeholder_stores_default_size": 0}
 
-    # ------------------------------------------------------------------ helpers
-    def _tier(self, medium: Any, locality: str | None) -> int | None:
-        k = (medium, locality)
-        if k in self._tier_of:
-            t = self._tier_of[k]
-        else:
-            if medium is None:
-                t = TIER["gpu"]
-            else:
-                name = str(medium).upper()
-                t = self.media.get(f"{name}@{locality}") if locality else None
-                if t is None:
-                    t = self.media.get(name)
-            self._tier_of[k] = t
-        if t is None:
-            name = str(medium) + (f"@{locality}" if locality else "")
-            self.unknown_media[name] = self.unknown_media.get(name, 0) + 1
-        return t
-
-    def _scope(self, instance: str, lora: str | None) -> int:
-        key = (instance, lora)
-        code = self._scope_code.get(key)
-        if code is None:
-            code = self._scope_code[key] = len(self.scopes)
-            self.scopes.append(instance + (f"|lora={lora}" if lora else ""))
-        return code
-
-    def _tenant(self, salt: str | None) -> int:
-        if salt is None:
-            return 0
-        code = self._tenant_code.get(salt)
-        if code is None:
-            code = self._tenant_code[salt] = len(self.tenants)
-            self.tenants.append(salt)
-        return code
-
-    def _session(self, s: Any) -> int:
-        if s is None:
-            return NO_ID
-        if isinstance(s, int) and 0 <= s < (1 << 63):
-            return s
-        key = str(s)
-        code = self._session_code.get(key)
-        if code is None:
-            code = self._session_code[key] = len(self._session_code)
-        return code
-
-    @property
-    def session_names(self) -> dict[str, int]:
-        return dict(self._session_code)
+    # the naming helpers (media -> tier, scope, tenant and session codes) are the product's own: the kernel
+    # replaced the per-block mapping, not these
+    _tier = LifecycleMapper._tier
+    _scope = LifecycleMapper._scope
+    _tenant = LifecycleMapper._tenant
+    _session = LifecycleMapper._session
+    session_names = LifecycleMapper.session_names
 
     def _ids_of(self, instance: str, group: int) -> dict[int, int]:
         ids = self._ids.get((instance, group))
