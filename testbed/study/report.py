@@ -39,6 +39,7 @@ from kvbed.core.atomicio import atomic_path
 from testbed.humanize import fmt_bytes, fmt_ns
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
 from testbed.study.labreport import lab_findings, oracle_share_figure
+from testbed.study.table import setting_label
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 
@@ -64,12 +65,6 @@ def _setting_cols(doc: dict[str, Any]) -> list[str]:
     from testbed.study.table import dimensions
 
     return [a for a in dimensions(doc)[0] if a != "replay.device"]
-
-
-def _label(row: Any, cols: list[str]) -> str:
-    from testbed.study.table import setting_label
-
-    return setting_label(row, cols)
 
 
 def _agg(df: Any, keys: list[str], metric: str) -> Any:
@@ -132,8 +127,8 @@ def bars_figure(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: f
     fig, axes = plt.subplots(len(devices), 1, figsize=(10, 3.4 * len(devices) + 0.4), squeeze=False)
     for ax, dev in zip(axes[:, 0], devices):
         d = a[a["device"] == dev]
-        groups = list(dict.fromkeys(_label(r, cols) for _, r in d.iterrows()))[:MAX_GROUPS]
-        base = {_label(r, cols): r["mean"] for _, r in d[d["policy"] == relative_to].iterrows()} \
+        groups = list(dict.fromkeys(setting_label(r, cols) for _, r in d.iterrows()))[:MAX_GROUPS]
+        base = {setting_label(r, cols): r["mean"] for _, r in d[d["policy"] == relative_to].iterrows()} \
             if relative_to is not None else {}
         relative = bool(base)
         width = 0.8 / max(1, len(hints))
@@ -141,7 +136,7 @@ def bars_figure(df: Any, doc: dict[str, Any], metric: str, ylabel: str, scale: f
         lows, highs = [], []
         for k, h in enumerate(hints):
             sel = d[d["policy"] == h]
-            vals = {_label(r, cols): (r["mean"] * scale, r["ci95"] * scale) for _, r in sel.iterrows()}
+            vals = {setting_label(r, cols): (r["mean"] * scale, r["ci95"] * scale) for _, r in sel.iterrows()}
             ys = np.array([vals.get(g, (np.nan, np.nan))[0] for g in groups], float)
             es = np.array([vals.get(g, (np.nan, np.nan))[1] for g in groups], float)
             raw = ys.copy()
@@ -243,13 +238,13 @@ def lines_figure(df: Any, doc: dict[str, Any], axis: str) -> Any:
     if a_waf.empty:
         return None
     name = axis.split(".")[-1]
-    facets = list(dict.fromkeys((r["device"], _label(r, others)) for _, r in a_waf.iterrows()))[:6]
+    facets = list(dict.fromkeys((r["device"], setting_label(r, others)) for _, r in a_waf.iterrows()))[:6]
     fig, axes = plt.subplots(2, len(facets), figsize=(4.2 * len(facets) + 1.0, 6.8), squeeze=False)
     for j, (dev, lab) in enumerate(facets):
         for i, (a, ylabel, scale) in enumerate(((a_waf, "end-to-end WAF (ratio)", 1.0),
                                                 (a_lat, "KV object load p99 (ms, log)", 1e-6))):
             ax = axes[i, j]
-            sel = a[(a["device"] == dev).to_numpy() & np.array([_label(r, others) == lab for _, r in a.iterrows()])]
+            sel = a[(a["device"] == dev).to_numpy() & np.array([setting_label(r, others) == lab for _, r in a.iterrows()])]
             lines = []
             for k, h in enumerate(dict.fromkeys(sel["policy"])):
                 s = sel[sel["policy"] == h].sort_values(axis)
@@ -315,7 +310,7 @@ def per_ruh_figure(study_dir: Path, df: Any, cols: list[str]) -> Any:
     for _, r in ok.iterrows():
         res = json.loads((study_dir / r["run_dir"] / "result.json").read_text())
         gib = {str(x["ruh"]): x.get("host_bytes_written", 0) / 2**30 for x in res["jobs"][0].get("per_ruh") or []}
-        per.setdefault(_label(r, cols), {}).setdefault(r["policy"], []).append(gib)
+        per.setdefault(setting_label(r, cols), {}).setdefault(r["policy"], []).append(gib)
     settings = list(per)[:MAX_GROUPS]
     hints = list(dict.fromkeys(ok["policy"]))
     fig, axes = plt.subplots(len(settings), 1, figsize=(10, 2.9 * len(settings) + 0.6), squeeze=False)
@@ -355,21 +350,21 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
         if "none" not in set(d["policy"]):
             best = d.sort_values("mean").iloc[0]
             out.append(f"On {dev}, the lowest end-to-end WAF is {best['mean']:.4f} with {best['policy']} hints "
-                       f"({_label(best, cols)}); the grid has no 'none' point to compare with.")
+                       f"({setting_label(best, cols)}); the grid has no 'none' point to compare with.")
             continue
-        base = {_label(r, cols): r for _, r in d[d["policy"] == "none"].iterrows()}
+        base = {setting_label(r, cols): r for _, r in d[d["policy"] == "none"].iterrows()}
         ranked = []
         for h in dict.fromkeys(d["policy"]):
             if h == "none":
                 continue
             changes = []
             for _, r in d[d["policy"] == h].iterrows():
-                b = base.get(_label(r, cols))
+                b = base.get(setting_label(r, cols))
                 if b is not None and b["mean"]:
                     # None: a side has 1 seed, so no interval and no claim either way
                     sig = None if r["ci95"] != r["ci95"] or b["ci95"] != b["ci95"] else \
                         bool(abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"])
-                    changes.append(((r["mean"] - b["mean"]) / b["mean"], _label(r, cols), b["mean"], r["mean"], sig))
+                    changes.append(((r["mean"] - b["mean"]) / b["mean"], setting_label(r, cols), b["mean"], r["mean"], sig))
             if changes:
                 mean = sum(c[0] for c in changes) / len(changes)
                 ranked.append((mean, h, changes))
@@ -541,10 +536,10 @@ def write_report(study_dir: Path) -> list[Path]:
         md += ["## Saturated points", "", "The device was backlogged (an op in flight longer than the run's "
                "saturation_wait_ns) for at least saturation_backlog_ratio of the replay span: latency tails "
                "measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.", ""]
-        md += [f"- `{r['run_dir']}` ({_label(r, [*cols, 'policy'])}, seed {r['seed']}): backlogged "
+        md += [f"- `{r['run_dir']}` ({setting_label(r, [*cols, 'policy'])}, seed {r['seed']}): backlogged "
                f"{100 * r['backlogged_ratio']:.1f}% of the span" for _, r in sat.iterrows()] + [""]
     if not failed.empty:
-        md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({_label(r, [*cols, 'policy'])}, seed {r['seed']}): "
+        md += ["## Failed points", ""] + [f"- `{r['run_dir']}` ({setting_label(r, [*cols, 'policy'])}, seed {r['seed']}): "
                                            f"{r['error']}" for _, r in failed.iterrows()] + [""]
     md += ["## Plots", ""] + [f"![{n}](plots/{n})" for n in plots] + [""]
     md += ["Every point is a run directory under `runs/` (rerun one with `kvbed replay --config "
@@ -561,7 +556,7 @@ def write_report(study_dir: Path) -> list[Path]:
         body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
     if not sat.empty:
         body.append("<h2>Saturated points</h2><p>Latency tails measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.</p><ul>" + "".join(
-            f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(_label(r, [*cols, 'policy']))}, seed "
+            f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(setting_label(r, [*cols, 'policy']))}, seed "
             f"{r['seed']}): backlogged {100 * r['backlogged_ratio']:.1f}% of the span</li>"
             for _, r in sat.iterrows()) + "</ul>")
     if not failed.empty:
