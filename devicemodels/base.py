@@ -95,6 +95,13 @@ class DeviceModel(abc.ABC):
         """How many distinct placement classes the device can separate (1 = none)."""
         return 1
 
+    @property
+    def placement_unit_pages(self) -> int:
+        """Pages a placement id's stream fills before the device opens its next unit (an FDP reclaim unit, a
+        zone's writable capacity), as a host reads it from the drive; 0: no such unit. A unit a stream leaves
+        part-written stays open: its unwritten pages are spare space the device cannot use."""
+        return 0
+
     @abc.abstractmethod
     def submit(self, ops: dict[str, np.ndarray]) -> Completion:
         """Run a batch; raises KvbedError for an op the real device would refuse."""

@@ -138,6 +138,11 @@ class FtlDevice(DeviceModel):
         """Dies one write frontier (an open line) spreads its pages over."""
         return self.geo.w
 
+    @property
+    def placement_unit_pages(self) -> int:
+        """A line: an FDP reclaim unit (``ru_bytes``), the unit a host write frontier fills."""
+        return self.geo.ppl
+
     def _pid_column(self, pid: np.ndarray) -> tuple[np.ndarray, int | None]:
         """Placement ids as the kernel wants them, and how many are valid (None: ignored)."""
         return np.zeros_like(pid), None

@@ -130,6 +130,10 @@ class ZnsDevice(DeviceModel):
         return self.zg.cap
 
     @property
+    def placement_unit_pages(self) -> int:
+        return self.zg.cap
+
+    @property
     def n_zones(self) -> int:
         return self.zg.nzones
 

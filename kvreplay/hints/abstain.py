@@ -78,6 +78,23 @@ class AbstainParams:
     window: int = param(32768, "halve the guard's evidence every this many deaths", quiet_default=True)
     confirm: int = param(2, "consecutive decisions (one every min_deaths deaths) that must find the classes "
                             "separated before they are followed", quiet_default=True)
+    test: str = param("lifetime", "the evidence: 'lifetime' (the log-lifetimes of the copies seen to die) or "
+                                  "'survival' (whether each copy outlived the horizon: censoring-free, it waits "
+                                  "for the horizon)", choices=("lifetime", "survival"), quiet_default=True)
+    horizon: float = param(0.25, "with test=survival: the horizon, in writes of this share of the drive's "
+                                 "logical capacity", quiet_default=True)
+
+
+@dataclass(frozen=True)
+class SurvivalGuardParams(AbstainParams):
+    """The guard judging by survival at one drive capacity (``readmission``, ``learned``): classes meant to
+    separate long from short lives are judged by the copies GC would have to move, not by the early deaths."""
+
+    test: str = param("survival", "the evidence: 'lifetime' (the log-lifetimes of the copies seen to die) or "
+                                  "'survival' (whether each copy outlived the horizon)",
+                      choices=("lifetime", "survival"), quiet_default=True)
+    horizon: float = param(1.0, "with test=survival: the horizon, in writes of this share of the drive's logical "
+                                "capacity", quiet_default=True)
 
 
 class GuardEvents(NamedTuple):
@@ -100,6 +117,17 @@ class GuardObjects(NamedTuple):
     cls: np.ndarray  # int16[cap]   proposed class of the copy on the tier (-1: no opinion)
     birth: np.ndarray  # int64[cap] write clock (bytes) when the copy was written (-1: no copy on the tier)
     size: np.ndarray  # int64[cap]  bytes of that copy (its weight when it dies)
+    widx: np.ndarray  # int64[cap]  its write index (tier writes before it): its entry in the WriteLog
+
+
+class WriteLog(NamedTuple):
+    """test=survival: the tier writes not yet ``horizon`` bytes old, a ring of ``cap`` entries indexed by write
+    index % cap (the Python side grows it when the kernel asks)."""
+
+    cls: np.ndarray  # int16[cap]  proposed class (-1: no opinion)
+    birth: np.ndarray  # int64[cap] write clock when written
+    size: np.ndarray  # int64[cap]  bytes
+    short: np.ndarray  # int8[cap]  1: the copy died before it was horizon bytes old
 
 
 class GuardStats(NamedTuple):
@@ -108,11 +136,11 @@ class GuardStats(NamedTuple):
     cw: np.ndarray  # float64[C]  weight of the deaths per proposed class
     cx: np.ndarray  # float64[C]  their weighted sum of log2 lifetimes
     mom: np.ndarray  # float64[7] weight, sum x, x^2, class, class^2, class*x, death count (M_* indices)
-    state: np.ndarray  # int64[9]  write clock (bytes), deaths seen, writes, writes abstained (class 0 given
+    state: np.ndarray  # int64[10] write clock (bytes), observations (deaths or matured copies), writes, writes abstained (class 0 given
     #                               while not confident or without an opinion), bytes written, bytes abstained,
     #                               following (1) or abstaining (0) since the last decision, decisions that
     #                               switched between the two, consecutive decisions that found the classes
-    #                               separated
+    #                               separated, oldest write not yet matured (test=survival)
     sep: np.ndarray  # float64[2]  separation at the last decision, highest at a decision with min_deaths on
     #                               record (nan: undefined)
 
@@ -127,6 +155,7 @@ class GuardConfig(NamedTuple):
     window: int  # halve the evidence every this many deaths
     decide_every: int  # decide (follow or abstain) every this many deaths: min_deaths
     confirm: int  # consecutive decisions that must find the classes separated before they are followed
+    horizon: int  # test=survival: bytes written after a copy at which it is judged (0: test=lifetime)
 
 
 @kernel(inline="always")
@@ -155,9 +184,10 @@ def _separation(cw, cx, mom, ordered):
 
 
 @kernel(inline="always")
-def _learn_death(c, lifetime, mib, stats, cfg):
+def _learn(c, x, mib, stats, cfg):
+    """One observation: a copy of proposed class ``c`` and ``mib`` MiB with outcome ``x`` (log2 lifetime, or 1.0
+    if it outlived the horizon, 0.0 if not)."""
     cw, cx, mom = stats.cw, stats.cx, stats.mom
-    x = np.log2(max(lifetime, 1.0))
     cw[c] += mib
     cx[c] += mib * x
     mom[M_W] += mib
@@ -190,12 +220,14 @@ def _learn_death(c, lifetime, mib, stats, cfg):
 
 
 @kernel(nogil=True)
-def _guard_kernel(start, j, ev, objs, stats, cfg, out):
+def _guard_kernel(start, j, ev, objs, log, stats, cfg, out):
     """Events [start, ...) with ``j`` tier writes done, the classes given into ``out`` (int16, one per write);
     returns (stop, j) - stop < len: grow the table."""
     op, obj, nbytes, actions, proposed = ev.op, ev.obj, ev.nbytes, ev.actions, ev.proposed
     kv, meta, free, o_cls, o_birth, o_size = objs.kv, objs.meta, objs.free, objs.cls, objs.birth, objs.size
     state = stats.state
+    hz = cfg.horizon
+    cap = len(log.cls)
     for i in range(start, len(op)):
         a = actions[i]
         o = op[i]
@@ -203,16 +235,27 @@ def _guard_kernel(start, j, ev, objs, stats, cfg, out):
             continue
         key = obj[i]
         s = ot_find(kv, key)
+        if a == A_WRITE and ((s < 0 and ot_full(kv, meta, free)) or (hz > 0 and state[2] - state[9] >= cap)):
+            return i, j  # grow the table or the write log first
         if a == A_WRITE or a == A_FREE or a == A_DROP:
             if s >= 0 and o_birth[s] >= 0:  # the copy on the tier dies (freed, or replaced by this write)
-                if o_cls[s] >= 0:
-                    _learn_death(o_cls[s], float(state[0] - o_birth[s]), o_size[s] / 1048576.0, stats, cfg)
+                life = state[0] - o_birth[s]
+                if hz == 0:
+                    if o_cls[s] >= 0:
+                        _learn(o_cls[s], np.log2(max(float(life), 1.0)), o_size[s] / 1048576.0, stats, cfg)
+                elif life < hz:
+                    log.short[objs.widx[s] % cap] = 1
                 o_birth[s] = -1
         if a == A_WRITE:
             if s < 0:
-                if ot_full(kv, meta, free):
-                    return i, j
                 s, _ = ot_insert(kv, meta, free, key)
+            while hz > 0 and state[9] < state[2]:  # copies now horizon bytes old: did they outlive it?
+                k = state[9] % cap
+                if log.birth[k] + hz > state[0]:
+                    break
+                if log.cls[k] >= 0:
+                    _learn(log.cls[k], 0.0 if log.short[k] else 1.0, log.size[k] / 1048576.0, stats, cfg)
+                state[9] += 1
             c = proposed[j]
             follow = c >= 0 and (not cfg.enabled or state[6] == 1)
             out[j] = c if follow else 0
@@ -224,11 +267,32 @@ def _guard_kernel(start, j, ev, objs, stats, cfg, out):
             o_cls[s] = c
             o_birth[s] = state[0]
             o_size[s] = nbytes[i]
+            if hz > 0:
+                k = (state[2] - 1) % cap  # state[2] counts this write already
+                objs.widx[s] = state[2] - 1
+                log.cls[k] = c
+                log.birth[k] = state[0]
+                log.size[k] = nbytes[i]
+                log.short[k] = 0
             state[0] += nbytes[i]
             j += 1
         if o == OP_DELETE and s >= 0:
             ot_remove(kv, meta, free, key)
     return len(op), j
+
+
+def _new_log(cap: int) -> WriteLog:
+    return WriteLog(np.full(cap, -1, np.int16), np.zeros(cap, np.int64), np.zeros(cap, np.int64),
+                    np.zeros(cap, np.int8))
+
+
+def _grow_log(log: WriteLog, head: int, tail: int) -> WriteLog:
+    """The ring twice as large, entries head..tail-1 (write indices) moved to their new positions."""
+    old, new = len(log.cls), _new_log(2 * len(log.cls))
+    w = np.arange(head, tail)
+    for a, b in zip(log, new):
+        b[w % len(new.cls)] = a[w % old]
+    return new
 
 
 class AbstainGuard:
@@ -249,34 +313,52 @@ class AbstainGuard:
         #: than get a handle of their own: every handle in use holds an open reclaim unit, i.e. spare space
         #: the drive cannot use for GC, and a handle used only while abstaining would sit half-filled)
         self.own_classes = max(1, int(n_classes))
-        self.table = ObjTable({"cls": (np.int16, -1), "birth": (np.int64, -1), "size": (np.int64, 0)})
+        self.table = ObjTable({"cls": (np.int16, -1), "birth": (np.int64, -1), "size": (np.int64, 0),
+                               "widx": (np.int64, -1)})
         c = max(1, self.own_classes)
         self.stats = GuardStats(np.zeros(c, np.float64), np.zeros(c, np.float64), np.zeros(7, np.float64),
-                                np.zeros(9, np.int64), np.full(2, np.nan))
+                                np.zeros(10, np.int64), np.full(2, np.nan))
+        if params.test == "survival" and not params.horizon > 0:
+            raise KvbedError(f"--param horizon: must be > 0, got {params.horizon}")
         self.cfg = GuardConfig(bool(params.abstain), self.ordered, float(params.min_separation),
                                float(params.min_deaths), int(params.window), max(1, int(params.min_deaths)),
-                               int(params.confirm))
+                               int(params.confirm), 0)
+        self.log = _new_log(1 if params.test == "lifetime" else 4096)
+        self.horizon_bytes = 0
 
-    def classes(self, batch, actions: np.ndarray, proposed: np.ndarray) -> np.ndarray:
-        """The class of each tier write of ``batch`` (``proposed`` by the policy, -1 = no opinion)."""
+    def classes(self, batch, actions: np.ndarray, proposed: np.ndarray, device=None) -> np.ndarray:
+        """The class of each tier write of ``batch`` (``proposed`` by the policy, -1 = no opinion); ``device``
+        (:class:`kvreplay.hints.base.DeviceFacts`) gives test=survival its horizon."""
+        if self.params.test == "survival" and self.cfg.horizon == 0 and (self.params.abstain or device is not None):
+            if device is None or device.logical_pages <= 0:  # unguarded without a drive: the lifetime evidence
+                raise KvbedError("the abstain guard's test=survival needs the drive's logical capacity (the replay "
+                                 "gives it; in tests pass device=DeviceFacts(...))")
+            self.horizon_bytes = max(1, int(self.params.horizon * device.logical_pages * device.page_bytes))
+            self.cfg = self.cfg._replace(horizon=self.horizon_bytes)
         out = np.zeros(len(proposed), np.int16)
         ev = GuardEvents(batch["op"], batch["obj_id"], batch["nbytes"], actions,
                          np.ascontiguousarray(proposed, dtype=np.int16))
         i, j = 0, 0
         while True:
             t = self.table
-            objs = GuardObjects(t.kv, t.meta, t.free, t.cols["cls"], t.cols["birth"], t.cols["size"])
-            i, j = _guard_kernel(i, j, ev, objs, self.stats, self.cfg, out)
+            objs = GuardObjects(t.kv, t.meta, t.free, t.cols["cls"], t.cols["birth"], t.cols["size"],
+                                t.cols["widx"])
+            i, j = _guard_kernel(i, j, ev, objs, self.log, self.stats, self.cfg, out)
             if i == batch.n:
                 return out
-            t.grow()
+            st = self.stats.state
+            if self.cfg.horizon > 0 and st[2] - st[9] >= len(self.log.cls):
+                self.log = _grow_log(self.log, int(st[9]), int(st[2]))
+            else:
+                t.grow()
 
     def describe(self) -> dict:
         st = self.stats.state
         sep, top = float(self.stats.sep[0]), float(self.stats.sep[1])
         return {
             "abstain": self.params.abstain,
-            "abstain_test": "class-lifetime correlation" if self.ordered else "correlation ratio",
+            "abstain_test": (("class-lifetime correlation" if self.ordered else "correlation ratio")
+                             + (f" of survival past {self.horizon_bytes} bytes written" if self.cfg.horizon else "")),
             "min_separation": self.params.min_separation,
             "abstained_writes_share": round(float(st[3]) / st[2], 4) if st[2] else 0.0,
             "abstained_bytes_share": round(float(st[5]) / st[4], 4) if st[4] else 0.0,
@@ -287,4 +369,4 @@ class AbstainGuard:
         }
 
     def memory_bytes(self) -> int:
-        return self.table.nbytes()
+        return self.table.nbytes() + sum(a.nbytes for a in self.log)

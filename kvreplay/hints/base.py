@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvreplay.layout.actions import pages_of
 from kvreplay.schema import EventBatch
 from kvbed.core.params import check_fields
 
@@ -50,6 +51,23 @@ class Future:
         return len(self.lifetime)
 
 
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a host reads from its drive before it writes: the mapping unit, the placement unit its streams fill
+    (an FDP reclaim unit's nominal size from the FDP configurations log page, a zone's writable capacity; 0:
+    none), the namespace's capacity, and the bytes the store keeps beside every object's payload (a recovery contract's header). A policy
+    that uses them says so in ``knows``."""
+
+    page_bytes: int
+    unit_pages: int
+    header_bytes: int = 0
+    logical_pages: int = 0  # the namespace's capacity in pages (0: not known)
+
+    def pages(self, nbytes: np.ndarray) -> np.ndarray:
+        """Mapping units each write occupies on the device (as the replay's layout counts them)."""
+        return pages_of(nbytes + self.header_bytes if self.header_bytes else nbytes, self.page_bytes)
+
+
 class HintPolicy(abc.ABC):
     name: ClassVar[str]
     knows: ClassVar[str]  # one sentence: the information this policy uses
@@ -67,6 +85,11 @@ class HintPolicy(abc.ABC):
         self.seed = int(seed)
         self.tier = int(tier)
         self.writes_seen = 0
+        self.device: DeviceFacts | None = None  # set by know_device() before the first write, when known
+
+    def know_device(self, facts: DeviceFacts) -> None:
+        """The drive's facts (:class:`DeviceFacts`), given before the first write; a policy may ignore them."""
+        self.device = facts
 
     def prepare(self, future: Future) -> None:
         """Offline policies receive the tier's future here (called once, before replay)."""

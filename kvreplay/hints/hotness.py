@@ -157,7 +157,7 @@ class HotnessHints(HintPolicy):
         self.ranking = HotRanking(*new_state(self.guard.own_classes), np.zeros(2, np.int64))
 
     def _assign(self, batch, actions, writes):
-        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
 
     def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)

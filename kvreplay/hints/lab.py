@@ -118,7 +118,7 @@ def run_lab(replay: Any, job: dict[str, Any]) -> dict[str, Any]:
     oracle = classes_from_edges(lifetime, lifetime_edges(lifetime, future.weight, replay.n_classes))
     cols = list(dict.fromkeys([*SCAN_COLUMNS, *policy_cls.columns]))
     policy = classes_of(policy_cls, reader.iter_batches(cols), n_classes=replay.n_classes, params=cfg.hint_params,
-                        seed=rp.seed, tier=rp.tier_code, future=future)
+                        seed=rp.seed, tier=rp.tier_code, future=future, device=replay.policy.device)
     if len(policy) != len(oracle):
         raise RuntimeError(f"hint lab: {len(policy)} policy classes for {len(oracle)} writes")
     lab: dict[str, Any] = {"reference": "oracle", "clock": clock, "n_classes": replay.n_classes,

@@ -49,7 +49,7 @@ import numpy as np
 
 from devicemodels.jit import kernel
 from kvreplay import schema as S
-from kvreplay.hints.abstain import AbstainGuard, AbstainParams
+from kvreplay.hints.abstain import AbstainGuard, SurvivalGuardParams
 from kvreplay.hints.base import HintPolicy
 from kvreplay.hints.oracle import CLOCK_UNIT, CLOCKS
 from kvreplay.hints.registry import HINTS
@@ -342,12 +342,7 @@ def require_sklearn(what: str):
 
 
 @dataclass(frozen=True)
-class LearnedParams(AbstainParams):
-    min_separation: float = param(0.8, "correlation of class and realized log-lifetime needed to follow the "
-                                       "classes (measured on the practical-hints study: 0.6 followed the "
-                                       "synthetic trace's early peak and was 10.5% worse than none; see the "
-                                       "module docstring)",
-                                  quiet_default=True)
+class LearnedParams(SurvivalGuardParams):
     clock: str = param("bytes", "lifetime clock, as for oracle: bytes written to the tier meanwhile, or trace "
                                 "time (ns)", choices=CLOCKS)
     retrain_writes: int = param(32768, "refit the model every this many tier writes (trace order; the first "
@@ -447,7 +442,7 @@ class LearnedHints(HintPolicy):
         return np.searchsorted(self.edges, self.model.predict(rows), side="left").astype(np.int16)
 
     def _assign(self, batch, actions, writes):
-        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
 
     def _propose(self, batch, actions, writes):
         if self.fits == 0 and self.writes_seen + len(writes) < FIRST_FIT:

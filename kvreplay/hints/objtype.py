@@ -68,7 +68,7 @@ class TypeHints(HintPolicy):
         self.guard = AbstainGuard(self.n_classes, self.params, ordered=False)  # pairs are labels, not ranks
 
     def _assign(self, batch, actions, writes):
-        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
 
     def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)

@@ -266,7 +266,7 @@ class PredictedHints(HintPolicy):
                                    np.zeros(4, np.int64))
 
     def _assign(self, batch, actions, writes):
-        return self.guard.classes(batch, actions, self._propose(batch, actions, writes))
+        return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
 
     def _propose(self, batch, actions, writes):
         out = np.zeros(len(writes), np.int16)

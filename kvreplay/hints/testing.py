@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from kvreplay import schema as S
-from kvreplay.hints.base import Future, HintPolicy
+from kvreplay.hints.base import DeviceFacts, Future, HintPolicy
 from kvreplay.layout.actions import A_WRITE, action_table, select
 from kvreplay.replay.scan import SCAN_COLUMNS, scan_trace
 
@@ -54,10 +54,14 @@ def _batches(batch: S.EventBatch, rows: int) -> Iterable[S.EventBatch]:
 
 def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *, n_classes: int = 4,
                params: Any = None, seed: int = 0, tier: int = S.TIER_SSD,
-               future_of: Path | None = None, future: Future | None = None) -> np.ndarray:
+               future_of: Path | None = None, future: Future | None = None,
+               device: DeviceFacts | None = None) -> np.ndarray:
     """Run a policy over batches of trace events as the replay does; the class of every tier write, in order.
-    An offline policy is prepared from ``future``, or from the future of the trace at ``future_of``."""
+    An offline policy is prepared from ``future``, or from the future of the trace at ``future_of``; ``device``:
+    the drive's facts as the replay gives them (:meth:`HintPolicy.know_device`), none when not given."""
     pol = policy_cls(n_classes, params, seed=seed, tier=tier)
+    if device is not None:
+        pol.know_device(device)
     if policy_cls.needs_future:
         if future is None and future_of is None:
             raise ValueError(f"{policy_cls.__name__} needs the future: give future_of (the trace)")
@@ -102,9 +106,10 @@ def demo_trace(directory: Path, duration_s: float = 240.0) -> Path:
 
 def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, *, n_classes: int = 4,
                  params: Any = None, seed: int = 0, tier: int = S.TIER_SSD, cut: float = 0.55,
-                 batch_rows: tuple[int, int] = (4096, 777)) -> OnlineReport:
+                 batch_rows: tuple[int, int] = (4096, 777), device: DeviceFacts | None = None) -> OnlineReport:
     """Check that ``policy_cls`` is a causal, well-formed online hint policy on ``trace`` (default: a small
-    synthetic trace); :class:`OnlineCheckFailed` names what broke."""
+    synthetic trace), told ``device`` (the drive's facts; default: the drive a replay at fill_ratio 1.0 would
+    size, 1 MiB pages, no placement unit); :class:`OnlineCheckFailed` names what broke."""
     from kvreplay.hints.plugins import check_policy_class
 
     name = policy_cls.__name__
@@ -121,7 +126,10 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
         cols = list(dict.fromkeys([*SCAN_COLUMNS, *policy_cls.columns]))
         reader = S.TraceReader(path)
         batch = S.EventBatch.concat(list(reader.iter_batches(cols)))
-    kw = dict(n_classes=n_classes, params=params, seed=seed, tier=tier)
+        if device is None:  # the drive a replay at fill_ratio 1.0 would size: its peak live pages, 1 MiB pages
+            peak = scan_trace(reader, tier, 1 << 20).peak_live_pages
+            device = DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=max(1, peak))
+    kw = dict(n_classes=n_classes, params=params, seed=seed, tier=tier, device=device)
     whole = classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)
     again = classes_of(policy_cls, _batches(batch, batch_rows[1]), **kw)
     prefix = classes_of(policy_cls, _batches(batch.take(slice(0, int(batch.n * cut))), batch_rows[0]), **kw)

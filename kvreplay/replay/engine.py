@@ -36,7 +36,7 @@ from devicemodels.histogram import LatencyHistogram, clear_rows
 from kvreplay import schema as S
 from kvreplay.faults import CONTRACTS
 from kvreplay.hints import HINTS
-from kvreplay.hints.base import HintPolicy
+from kvreplay.hints.base import DeviceFacts, HintPolicy
 from kvreplay.layout import layout_for
 from kvreplay.layout.actions import A_READ
 from kvreplay.replay import record as R
@@ -157,6 +157,8 @@ class Replay:
             raise KvbedError(f"device page_bytes {self.device.page_bytes} differs from the sizing's {pb}")
         self.page_bytes = pb
         self.policy = self.policy_cls(self.n_classes, cfg.hint_params, seed=rp.seed, tier=rp.tier_code)
+        self.policy.know_device(DeviceFacts(pb, self.device.placement_unit_pages, self.header_bytes,
+                                            self.device.logical_pages))
         if self.policy_cls.needs_future:
             self.policy.prepare(sc.future)
             sc.future = None  # the policy keeps what it needs (one int16 per write)

@@ -15,14 +15,18 @@ import pytest
 
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
+from kvreplay.hints.base import DeviceFacts
 from kvreplay.hints.base import classes_from_edges, lifetime_edges
 from kvreplay.layout.actions import A_WRITE, action_table, select
 from kvreplay.replay.scan import SCAN_COLUMNS, scan_trace
 from tests.support.replay_fixtures import rewrite, truncate, two_lifetimes
 from kvbed.core.errors import KvbedError
 
-ONLINE = ("none", "hotness", "predicted", "type", "fill-phase", "learned")
+ONLINE = ("none", "hotness", "predicted", "type", "fill-phase", "learned")  # readmission: test_readmission.py
 GUARDED = ("hotness", "predicted", "type", "learned")  # kvreplay.hints.abstain
+#: the drive every policy is told of (the same for a trace and its cut): 4096 pages of 1 MiB, 1024 writes of the
+#: two_lifetimes trace's 4 MiB objects - its long-lived copies outlive them, its short-lived ones do not
+DRIVE = DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=4096)
 GUARD_EAGER = dict(min_deaths=64, confirm=1, min_separation=-1.0)
 
 
@@ -31,6 +35,7 @@ def classes_of(name: str, path: Path, n: int = 4, seed: int = 0, **params) -> np
     cls = HINTS.get(name)
     pol = cls(n, cls.Params(**params), seed=seed, tier=S.TIER_SSD)
     reader = S.TraceReader(path)
+    pol.know_device(DRIVE)
     if cls.needs_future:
         pol.prepare(scan_trace(reader, S.TIER_SSD, 1 << 20, record_future=True, clock=pol.clock).future)
     cols = list(dict.fromkeys(SCAN_COLUMNS + cls.columns))
@@ -182,7 +187,7 @@ def test_type_assigns_pairs_in_order_of_first_write(tmp_path):
 
 def test_registry_and_knowledge_statements():
     assert HINTS.names() == ["fill-phase", "hotness", "learned", "noisy-oracle", "none", "oracle", "predicted",
-                            "type"]
+                            "readmission", "type"]
     for name in HINTS.names():
         cls = HINTS.get(name)
         assert cls.knows and isinstance(cls.knows, str)
@@ -194,6 +199,7 @@ def test_registry_and_knowledge_statements():
 def _classes_on_batches(name, batches, n=4):
     cls = HINTS.get(name)
     pol = cls(n, cls.Params(), seed=0, tier=S.TIER_SSD)
+    pol.know_device(DRIVE)
     lut = action_table(S.TIER_SSD)
     out = []
     for b in batches:

@@ -4,6 +4,7 @@ classes between used ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
 from kvreplay.hints.abstain import AbstainGuard, AbstainParams
+from kvreplay.hints.base import DeviceFacts
+from kvbed.core.errors import KvbedError
 from kvreplay.hints.testing import check_online
 from kvreplay.layout.actions import A_WRITE, action_table, select
 
@@ -33,14 +36,14 @@ def _batch(events=EVENTS):
                         nbytes=np.full(n, MIB))
 
 
-def _run(guard, batch, prop, cut=None):
+def _run(guard, batch, prop, cut=None, device=None):
     lut = action_table(S.TIER_SSD)
     parts = [batch] if cut is None else [batch.take(slice(0, cut)), batch.take(slice(cut, batch.n))]
     out, j = [], 0
     for b in parts:
         act, tidx = select(lut, b["op"], b["tier"])
         m = int((act[tidx] == A_WRITE).sum())
-        out.append(guard.classes(b, act, np.array(prop[j:j + m], np.int16)))
+        out.append(guard.classes(b, act, np.array(prop[j:j + m], np.int16), device))
         j += m
     return np.concatenate(out).tolist()
 
@@ -136,3 +139,36 @@ def test_predicted_edges_are_distinct_fewer_classes_not_empty_ones():
     top = 3 + 1 / BINS_PER_OCTAVE
     assert edges.tolist() == [top, 5 + 1 / BINS_PER_OCTAVE, np.inf, np.inf]
     assert [class_of(x, edges) for x in (3.0, 5.0, 60.0)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("cut", [None, 3, 7, 9])
+def test_survival_test_judges_each_copy_once_it_is_a_horizon_old(cut):
+    """test=survival, horizon 3 MiB (a drive of 3 pages of 1 MiB, horizon 1.0). Copies mature at the first write
+    with clock >= birth + 3: 1 (class 0) at write 4 alive: outlived; 2 (class 1) at write 5: outlived; 3 (class 0)
+    at write 6: died at 2 MiB old: short; 4 (class 1) at write 7: died at exactly 3 MiB: outlived; 5 (class 0)
+    at write 8: alive: outlived. Decisions every 2 observations: after 2, x is constant (no separation); after
+    4 (before write 7), class (0,1,0,1) vs outlived (1,1,0,1): r = 0.577 >= 0.5, so write 7 follows (class 1)
+    and write 8 too (its proposal is 0)."""
+    dev = DeviceFacts(page_bytes=MIB, unit_pages=0, logical_pages=3)
+    r = np.corrcoef([0, 1, 0, 1], [1, 1, 0, 1])[0, 1]
+    assert r == pytest.approx(0.5774, abs=1e-4)
+    params = AbstainParams(test="survival", horizon=1.0, min_deaths=2, confirm=1, min_separation=0.5)
+    g = AbstainGuard(2, params, ordered=True)
+    assert _run(g, _batch(), PROP, cut, dev) == [0, 0, 0, 0, 0, 0, 1, 0]
+    d = g.describe()
+    assert d["deaths_seen"] == 5 and d["separation_at_end"] == pytest.approx(r, abs=1e-4)
+    assert d["abstain_test"] == f"class-lifetime correlation of survival past {3 * MIB} bytes written"
+    # the bar above r: never follows
+    g = AbstainGuard(2, dataclasses.replace(params, min_separation=0.6), ordered=True)
+    assert _run(g, _batch(), PROP, cut, dev) == [0] * 8
+    # a horizon of 2 MiB: 3 (2 MiB old at its death) outlived it too - every copy did, nothing to separate
+    g = AbstainGuard(2, dataclasses.replace(params, horizon=2 / 3), ordered=True)
+    assert _run(g, _batch(), PROP, cut, dev) == [0] * 8 and g.describe()["separation_at_end"] is None
+
+
+def test_survival_test_needs_the_drive():
+    g = AbstainGuard(2, AbstainParams(test="survival"), ordered=True)
+    with pytest.raises(KvbedError, match="needs the drive's logical capacity"):
+        _run(g, _batch(), PROP)
+    with pytest.raises(KvbedError, match="horizon: must be > 0"):
+        AbstainGuard(2, AbstainParams(test="survival", horizon=0.0), ordered=True)

@@ -9,6 +9,7 @@ import pytest
 
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
+from kvreplay.hints.base import DeviceFacts
 from kvreplay.hints.testing import check_online, classes_of
 
 EV = [  # ts, op, obj, tier: 1 and 2 written, 1 evicted from the GPU (not the tier), 2 evicted from the SSD, 3, 4
@@ -36,7 +37,32 @@ def test_writes_before_the_tiers_first_eviction_get_the_last_class(rows):
 
         act, tidx = select(action_table(S.TIER_SSD), x["op"], x["tier"])
         pol.assign(x, act, tidx[act[tidx] == A_WRITE])
-    assert pol.describe() == {"writes_before_first_end": 3, "abstained_writes_share": 0.4}  # 2 of 5 writes
+    assert pol.describe() == {"writes_before_first_end": 3, "abstained_writes_share": 0.4,  # 2 of 5 writes
+                              "unit_pages": None, "padded_writes": 0, "open_unit_pages_left": None}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_told_the_drives_unit_it_fills_the_open_unit_after_the_fill(rows):
+    # units of 4 pages of 1 MiB: the fill (1, 2, 5) leaves 1 page of its unit unwritten; the next write that fits
+    # it takes the last class too, then nothing more
+    b = _batch()
+    batches = [b.take(slice(i, i + rows)) for i in range(0, b.n, rows)]
+    cls = HINTS.get("fill-phase")
+    dev = DeviceFacts(page_bytes=1 << 20, unit_pages=4)
+    assert classes_of(cls, batches, n_classes=4, device=dev).tolist() == [3, 3, 3, 3, 0]
+    # object 3 takes 2 pages (does not fit the 1 left), object 4 one page (fits): first fit, in write order
+    big = [(t, o, x, tr) for t, o, x, tr in EV]
+    sizes = np.array([1, 1, 1, 1, 1, 2, 1]) << 20
+    ts, op, obj, tier = (np.array(c) for c in zip(*big))
+    b = S.make_batch(ts_ns=ts, op=op, obj_id=obj, tier=tier, nbytes=sizes)
+    batches = [b.take(slice(i, i + rows)) for i in range(0, b.n, rows)]
+    assert classes_of(cls, batches, n_classes=4, device=dev).tolist() == [3, 3, 3, 0, 3]
+    # a header of 1 MiB per object: each write is 2 pages, the fill 6 pages, 2 left: object 3 (3 pages with
+    # its header) does not fit, object 4 (2) does
+    hdr = DeviceFacts(page_bytes=1 << 20, unit_pages=4, header_bytes=1 << 20)
+    assert classes_of(cls, batches, n_classes=4, device=hdr).tolist() == [3, 3, 3, 0, 3]
+    # the fill already ends on a unit boundary: nothing to pad
+    assert classes_of(cls, batches, n_classes=4, device=DeviceFacts(1 << 20, 3)).tolist() == [3, 3, 3, 0, 0]
 
 
 # the application ends copies while the tier fills: 1 deleted in the GPU tier only (not a death on the tier:

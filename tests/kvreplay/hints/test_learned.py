@@ -8,6 +8,7 @@ import pytest
 
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
+from kvreplay.hints.base import DeviceFacts
 from kvreplay.hints.learned import FEATURES, FeatureStream, LearnedHints, LearnedParams, next_fit
 from kvreplay.hints.testing import check_online, classes_of
 from kvreplay.layout.actions import A_WRITE, action_table, select
@@ -91,8 +92,10 @@ def test_learned_separates_short_from_long_lived_writes(lifetimes_trace):
     assert cls[late][short[late]].max() < cls[late][~short[late]].min()
 
 
-def _guarded(path, **params):
+def _guarded(path, device=None, **params):
     pol = LearnedHints(4, LearnedParams(**params))
+    if device is not None:
+        pol.know_device(device)
     lut, out = action_table(S.TIER_SSD), []
     for b in S.TraceReader(path).iter_batches():
         act, tidx = select(lut, b["op"], b["tier"])
@@ -101,24 +104,45 @@ def _guarded(path, **params):
 
 
 def test_guarded_it_abstains_until_its_classes_order_the_lifetimes_seen_to_die(lifetimes_trace):
-    """The two-lifetime trace: by its end 1,253 copies have died, nearly all short-lived ones (the long-lived
-    mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.374 only.
-    Under predicted's bar (0.9, the default) the guard never follows: every write gets class 0, as no hints.
+    """test=lifetime. The two-lifetime trace: by its end 1,253 copies have died, nearly all short-lived ones (the
+    long-lived mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.374
+    only. Under a bar of 0.8 the guard never follows: every write gets class 0, as no hints.
     With a bar of 0.3 (deciding every 256 deaths, following after one separated decision) it follows from a
     decision on: from then on the classes are exactly the unguarded ones; before, class 0."""
     path = lifetimes_trace(3000)
     raw = classes_of(LearnedHints, S.TraceReader(path).iter_batches(), n_classes=4,
                      params=LearnedParams(abstain=False))
     assert len(np.unique(raw[2048:])) > 1  # unguarded, it does separate (test above)
-    cls, d = _guarded(path, min_deaths=256, confirm=1)
+    cls, d = _guarded(path, min_deaths=256, confirm=1, test="lifetime", min_separation=0.8)
     assert (cls == 0).all() and d["abstained_writes_share"] == 1.0 and d["switches"] == 0
     assert d["deaths_seen"] == 1253 and d["separation_max"] == pytest.approx(0.3739, abs=1e-4)
-    cls, d = _guarded(path, min_deaths=256, confirm=1, min_separation=0.3)
+    cls, d = _guarded(path, min_deaths=256, confirm=1, test="lifetime", min_separation=0.3)
     diff = np.flatnonzero(cls != raw)
     assert (cls[diff] == 0).all()  # it only ever abstains to class 0
     start = diff.max() + 1  # followed from here on
     assert 2048 < start < 3000 and np.array_equal(cls[start:], raw[start:]) and d["switches"] == 1
     assert (cls[:start] == 0).all()
+
+
+def test_at_its_defaults_it_follows_once_its_classes_predict_which_copies_outlive_the_drive(lifetimes_trace):
+    """test=survival (the default) on the same trace, told a drive of 4,096 pages of 1 MiB: the horizon is 1,024
+    writes of 4 MiB. The long-lived copies (1-4 s at 1 ms a write) outlive it, the short-lived ones (25-100 ms)
+    do not, and the model ranks them apart, so the 952 copies with an opinion (written after the first fit, at
+    1,024 writes) that reach the horizon separate at r = 0.91 (the lifetime test above saw 0.37): above the bar
+    (0.5) it follows from write 2,302 on. A drive of 8,192 pages: no copy with an opinion is old enough before
+    the trace ends - the guard never follows."""
+    path = lifetimes_trace(3000)
+    raw = classes_of(LearnedHints, S.TraceReader(path).iter_batches(), n_classes=4,
+                     params=LearnedParams(abstain=False))
+    cls, d = _guarded(path, DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=4096), min_deaths=256,
+                      confirm=1)
+    assert d["deaths_seen"] == 952 and d["separation_at_end"] == pytest.approx(0.9102, abs=1e-4)
+    diff = np.flatnonzero(cls != raw)
+    assert (cls[diff] == 0).all() and diff.max() + 1 == 2302 and d["switches"] == 1
+    assert np.array_equal(cls[2302:], raw[2302:]) and len(np.unique(cls[2302:])) > 1
+    cls, d = _guarded(path, DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=8192), min_deaths=256,
+                      confirm=1)
+    assert (cls == 0).all() and d["deaths_seen"] == 0
 
 
 def test_without_scikit_learn_it_says_so_in_one_line(monkeypatch):
