@@ -1,4 +1,4 @@
-"""``fill-phase``: a cache-aware abstaining policy - writes made while the tier is still filling get their own class.
+"""``fill-phase``: an abstaining policy - writes made while the tier is still filling get their own class.
 
 What the KV store itself knows at write time: whether any copy on this tier has ended yet (evicted, invalidated
 or deleted there). Until then the tier only fills, and what it holds stays until eviction begins to reach it:
@@ -12,24 +12,31 @@ first did, it kept tagging those writes and was up to 1.9% worse than none on th
 classes at most; the state is one flag, updated per batch with a numpy cumulative sum (classes never depend on
 batch boundaries).
 
-Measured with ``--hint-lab`` (fdp, end-to-end WAF, none -> fill-phase, oracle): Mooncake (S3-FIFO SSD tier 1 TiB,
-copies end there only by eviction) at fill 1.0 1.115 -> 1.103, oracle 1.000 (10.5% of the oracle's cut).
 Not guarded by :mod:`kvreplay.hints.abstain` like the other practical policies: its only decision (the last
 class, before the first end of a copy) is made before any copy on the tier has died, so there is nothing to
 judge it by in time; after the fill it is no hints anyway (``abstained_writes_share`` in describe()).
 
 The unit it leaves open. The writes of the fill fill their placement id's reclaim units (zones) one after
 another, and the last one stays part-written for the rest of the run: its unwritten pages are spare space the
-drive cannot use (one reclaim unit of 512 MiB out of about 19 spare on the synthetic setting at op 0.07). That
-alone made the policy 2.6% worse than none on practical-hints (synthetic trace, op 0.07, initially isolated:
-1.9180 -> 1.9678, mean of 3 seeds), where the fill class carries no information (every copy there ends by a
-delete). So, told the drive's placement unit (:class:`kvreplay.hints.base.DeviceFacts`, what a host reads from
-the FDP configurations log page or a zone's capacity), the policy closes it: after the first end it keeps
-giving the last class to writes that fit the open unit's remaining pages, in order, until the unit is full
-(less than one unit of later writes; ``padded_writes`` in describe()). Measured on those three seeds: end-to-end
-WAF identical to none's (1.8385, 2.0589, 1.8566). It counts pages as the replay's layout does and assumes the
-placement id's stream starts on a fresh unit and holds host writes only (not so under ``preset=femu``, whose
-initially isolated GC copies go into the last handle's frontier).
+drive cannot use (one reclaim unit of 512 MiB out of about 19 spare on the synthetic setting at op 0.07), and
+the data in it is never a GC victim. That alone made the policy 2.6% worse than none on practical-hints
+(synthetic trace, op 0.07, initially isolated: 1.9180 -> 1.9678, mean of 3 seeds), where the fill class carries
+no information (every copy there ends by a delete). So, told the drive's placement unit
+(:class:`kvreplay.hints.base.DeviceFacts`, what a host reads from the FDP configurations log page or a zone's
+capacity), the policy closes it: after the first end it keeps giving the last class to writes that fit the open
+unit's remaining pages, in order, until the unit is full (less than one unit of later writes; ``padded_writes``
+in describe()). It counts pages as the replay's layout does and assumes the placement id's stream starts on a
+fresh unit and holds host writes only (not so under ``preset=femu``, whose initially isolated GC copies go into
+the last handle's frontier).
+
+What that shows: on a fresh drive the writes of the fill fill reclaim units in write order with or without a
+class of their own, so once its unit is closed the policy places data exactly as no hints, but for the unit
+it shares with the first writes after the fill. Measured (fdp op_ratio 0.07, fill_ratio 1.0, end-to-end WAF,
+none -> fill-phase): the Mooncake trace (S3-FIFO SSD tier 1 TiB) 1.1153 -> 1.1153 initially isolated, 1.1153
+-> 1.1098 persistently isolated; its 1.103 (10.5% of the oracle's cut) before the unit was closed came from
+the open unit, which pinned long-lived fill data where GC never looked. The synthetic trace (3 seeds, op 0.07
+and 0.28, both handle types): at most +0.4% against none, mean of 3 seeds. The cache-aware policy that uses the
+store's state is ``readmission``.
 
 Knows: the past only - the ends of copies on the tier (evict, invalidate, delete events) up to the write - and
 the drive's placement unit (pages per reclaim unit or zone) and page size.
