@@ -7,7 +7,11 @@ is the RUH index. Each (RG, RUH) has its own open RU; a write to a full RU opens
 a new one; OP_RUH_UPDATE closes the current RU early (an "RU not fully written"
 event if it had room left). GC picks victims across all RUs of a group; valid
 data goes to one shared GC RU per group ("initially isolated", so GC mixes
-RUHs) or to a GC RU of the victim's own RUH ("persistently isolated").
+RUHs) or to a GC RU of the victim's own RUH ("persistently isolated"). With one RUH written (hints
+``none``) the two types run the same GC (same victims, same pages moved, one host and one GC RU open):
+only the owner label of the GC RUs differs. They differ in what the layout must hold back: every RUH's
+GC frontier may hold an open RU, so persistently isolated needs ``nruh - 1`` more spare RUs
+(``ftl_state.line_budget``), which decides whether a small-OP layout is accepted, never its WAF.
 
 ``stats()["fdp"]`` reports the NVMe log pages by their spec field names: FDP
 Statistics (log 0x22: HBMW, MBMW, MBE in bytes), Reclaim Unit Handle Usage

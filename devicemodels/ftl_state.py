@@ -151,20 +151,56 @@ class State(NamedTuple):
     tmp: np.ndarray  # int64[2] scratch for kernels (they never allocate)
 
 
+class LineBudget(NamedTuple):
+    """The lines of one reclaim group against what GC needs there to make progress. ``build`` refuses a
+    layout that is short, and the replay's sizing (kvreplay.replay.sizing) raises the capacity only while
+    it is short: one rule, so that a setting the kernel runs as asked (e.g. ``ruh_type=persistently`` with
+    its frontier per RUH) is not run on a bigger device than the setting it is compared with."""
+
+    lines: int  # lines per reclaim group
+    live: int  # lines the group's even share of the logical space fills
+    frontiers: int  # write frontiers per group (F), each may hold an open line
+    reserved: int  # free lines GC may keep when it has to run: max(fg, bg - 1)
+
+    @property
+    def short(self) -> int:
+        """Lines missing (<= 0: none). GC runs with up to ``reserved`` lines free and every frontier
+        open; some closed line must then hold an invalid page, which holds whenever the live data fits
+        in the remaining lines."""
+        return self.live + self.frontiers + self.reserved + 1 - self.lines
+
+
+def _placement(flash: FlashParams, fdp: FdpParams | None) -> tuple[int, int, int, int]:
+    """(blocks per line, reclaim groups, host frontiers, 1 if a GC frontier per RUH) of the layout."""
+    if fdp is None:
+        return flash.line_blocks, 1, 1, 0
+    return fdp.ru_blocks(flash), fdp.nrg, fdp.nruh, int(fdp.ruh_type in ("persistently", "last-initially"))
+
+
+def line_budget(flash: FlashParams, fdp: FdpParams | None = None) -> LineBudget:
+    """Lines per reclaim group, live lines, frontiers and GC reserve of the layout ``build`` makes."""
+    bpl, nrg, nruh, pi = _placement(flash, fdp)
+    ppl = flash.pages_per_block * bpl
+    L = flash.logical_pages
+    want_phys = math.ceil(L * (1.0 + flash.op_ratio) - 1e-9)
+    lpr = math.ceil(want_phys / ppl / nrg)
+    fg, bg = flash.gc_free_lines(lpr)
+    return LineBudget(lines=lpr, live=math.ceil(L / nrg / ppl), frontiers=nruh + (nruh if pi else 1),
+                      reserved=max(fg, bg - 1))
+
+
 def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]:
-    """Lay out lines, check that GC can always make progress, allocate the state."""
+    """Lay out lines, check that GC can always make progress (``line_budget``), allocate the state."""
     flash.validate()
     policy = GC_POLICIES.get(flash.gc_policy)
     if fdp is not None:
         fdp.validate_with(flash)
         if not flash.gc_separate_frontier:
             raise KvbedError("gc_separate_frontier=false is only for conv (FDP GC destinations follow ruh_type)")
-        bpl, nrg, nruh = fdp.ru_blocks(flash), fdp.nrg, fdp.nruh
-        pi = int(fdp.ruh_type in ("persistently", "last-initially"))  # a GC frontier per RUH
         last_ii, ii_host = int(fdp.ruh_type == "last-initially"), int(fdp.ii_gc_dest == "last-ruh")
     else:
-        bpl, nrg, nruh, pi = flash.line_blocks, 1, 1, 0
         last_ii = ii_host = 0
+    bpl, nrg, nruh, pi = _placement(flash, fdp)
     dies = flash.dies
     dpr = dies // nrg
     w = min(bpl, dpr)
@@ -174,27 +210,21 @@ def build(flash: FlashParams, fdp: FdpParams | None = None) -> tuple[Geo, State]
     ppb = flash.pages_per_block
     ppl = ppb * bpl
     L = flash.logical_pages
-    F = nruh + (nruh if pi else 1)
-    want_phys = math.ceil(L * (1.0 + flash.op_ratio) - 1e-9)
-    lpr = math.ceil(want_phys / ppl / nrg)
+    budget = line_budget(flash, fdp)
+    F, lpr = budget.frontiers, budget.lines
     N = lpr * nrg
     P = N * ppl
     if P >= 2**31 - 1:
         raise KvbedError(f"too many physical pages ({P}) for 32-bit maps; raise page_bytes")
-    # Progress: GC runs with up to `reserved` lines free and F open; some closed line must then
-    # hold an invalid page, which holds whenever the group's live data (an even share of L)
-    # fits in the remaining lines.
-    live_lines = math.ceil(L / nrg / ppl)
     fg, bg = flash.gc_free_lines(lpr)
-    reserved = max(fg, bg - 1)
-    need = live_lines + F + reserved + 1
-    if lpr < need:
+    if budget.short > 0:
+        need = budget.lines + budget.short
         min_op = need * nrg * ppl / L - 1.0
         unit = "reclaim unit" if fdp is not None else "line"
         raise KvbedError(
             f"op_ratio={flash.op_ratio:g} is too small for GC to make progress: a reclaim group has {lpr} "
-            f"{unit}s of {ppl} pages, live data fills {live_lines}, and {F} open frontiers plus "
-            f"{reserved} free lines kept by GC need {F + reserved + 1} more; "
+            f"{unit}s of {ppl} pages, live data fills {budget.live}, and {F} open frontiers plus "
+            f"{budget.reserved} free lines kept by GC need {F + budget.reserved + 1} more; "
             f"use op_ratio >= {min_op:.4f} or smaller {unit}s")
     gc_block_ch = 0
     if flash.gc_copy_order == "block":

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from devicemodels import ftl_state
 from devicemodels.params import MiB
 from kvreplay.layout.zone import gc_reserve_zones
 from kvbed.core.errors import KvbedError
@@ -168,15 +169,34 @@ def _zone_geometry(groups: dict[str, Any], live_bytes: int) -> Any:
     return with_overrides(z, {"zone_bytes": zone, "zone_cap_bytes": cap})
 
 
-def _spare_lines_needed(groups: dict[str, Any]) -> int:
-    """Open frontiers + reserved free lines + 1 that the FTL keeps outside the live data."""
-    flash = groups["flash"]
-    if "fdp" in groups:
-        f = groups["fdp"]
-        frontiers = f.nruh + (f.nruh if f.ruh_type == "persistently" else 1)
-    else:
-        frontiers = 2
-    return frontiers + flash.gc_bg_free_lines + 1
+def _room_for_gc(groups: dict[str, Any], logical: int, line: int) -> tuple[int, int]:
+    """The smallest logical capacity from ``logical`` up, in whole lines, whose layout leaves GC the lines
+    it needs (ftl_state.line_budget: the kernel's own check), and those lines (frontiers + reserve + 1).
+
+    The kernel's rule, not a proxy of it: a proxy from the nominal spare (``op_ratio x logical``) with
+    every RUH's GC frontier counted raised ``ruh_type=persistently`` (8 RUHs: 16 frontiers) from 275 to
+    293 reclaim units on the 0.07-OP synthetic trace, which ``initially`` ran on 275 (fill 0.94 against
+    1.0, end-to-end WAF 1.376 against 1.838), while the kernel runs 275 in both (18 spare: 16 + 1 + 1).
+    Unreachable (GC thresholds in percent of the lines grow with them): ``logical`` unchanged, and the
+    device's build says what would do."""
+    fdp = groups.get("fdp")
+
+    def budget(cap: int) -> ftl_state.LineBudget:
+        return ftl_state.line_budget(with_overrides(groups["flash"], {"logical_bytes": cap}), fdp)
+
+    b = budget(logical)
+    spare = b.frontiers + b.reserved + 1
+    if b.short <= 0:
+        return logical, spare
+    op, nrg = groups["flash"].op_ratio, (fdp.nrg if fdp is not None else 1)
+    # lines - live < op x live + 1 per group: below (spare - 1) / op lines each no capacity can do
+    cap = max(logical, math.floor(nrg * (spare - 1) / op) * line)
+    top = math.ceil(nrg * (spare + 1) / op + nrg) * line  # enough for thresholds in lines
+    while cap <= top:
+        if budget(cap).short <= 0:
+            return cap, spare
+        cap += line
+    return logical, spare
 
 
 def _parallelism(groups: dict[str, Any], explicit: set[str], write_bytes_per_s: float,
@@ -269,11 +289,11 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
             # The FTL needs a few lines outside the live data; a tiny trace gets a device big enough for that.
             flash = groups["flash"]
             line = (groups["fdp"].ru_bytes if "fdp" in groups else flash.line_blocks * flash.block_bytes)
-            min_logical = math.ceil(_spare_lines_needed(groups) / flash.op_ratio + 1) * line
+            min_logical, spare = _room_for_gc(groups, logical, line)
             if logical < min_logical:
                 rec["notes"].append(
                     f"logical capacity raised from {format_size(logical)} to {format_size(min_logical)}: the FTL keeps "
-                    f"{_spare_lines_needed(groups)} lines of {format_size(line)} outside the live data")
+                    f"{spare} lines of {format_size(line)} per reclaim group outside the live data")
                 logical = min_logical
             logical = -(-logical // pb) * pb
             groups["flash"] = with_overrides(groups["flash"], {"logical_bytes": logical})

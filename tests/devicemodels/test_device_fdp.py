@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from devicemodels.base import OP_RUH_UPDATE, OP_WRITE
-from devicemodels.ftl_state import LINE_FREE
+from devicemodels import ftl_state
+from devicemodels.ftl_state import LINE_FREE, LINE_OPEN
 from kvbed.core.errors import KvbedError
 
 from tests.support.devices import make, ops, writes
@@ -141,3 +142,31 @@ def test_ruh_usage_log_reports_namespace_association_not_writes():
     d.submit(writes(range(10), pid=2))
     d.reset_counters()
     assert d.stats()["fdp"]["ruh_usage_log"] == {"nruh": 4, "ruhus": [{"ruha": 1}] * 4}
+
+
+@pytest.mark.parametrize("timing", ["false", "true"])
+def test_with_one_ruh_written_the_ruh_type_changes_no_gc_decision(timing):
+    """Hints ``none`` write RUH 0 only: both types hold one host and one GC RU open, pick the same victims and
+    move the same pages to the same places; only the GC RUs' owner differs (RUH 0 vs the shared owner 4).
+    Persistently isolated differs only in the spare RUs its layout must allow for (ftl_state.line_budget:
+    4 more frontiers here), which decides whether a layout is accepted, not its WAF."""
+    runs, open_rus = {}, {}
+    for t in ("initially", "persistently"):
+        d = make("fdp", *FDP[:-1], f"timing={timing}", f"ruh_type={t}")
+        n = d.logical_pages
+        d.submit(writes(range(n), pid=0))
+        rng = np.random.default_rng(1)  # the same overwrites for both types
+        open_rus[t] = []
+        for _ in range(12):  # 3 x n overwrites in chunks that end mid-RU
+            d.submit(writes(rng.integers(0, n, 1000), pid=0))
+            open_rus[t].append(int((d.st.lstate == LINE_OPEN).sum()))
+        d.check_invariants()
+        runs[t] = d
+    ii, pi = runs["initially"], runs["persistently"]
+    assert ii.counters() == pi.counters() and ii.counters()["gc_pages_moved"] > 0
+    assert np.array_equal(ii.st.l2p, pi.st.l2p) and np.array_equal(ii.st.vc, pi.st.vc)
+    assert open_rus["initially"] == open_rus["persistently"] and max(open_rus["initially"]) == 2
+    owners = {t: set(np.unique(d.st.owner[d.st.owner >= 0]).tolist()) for t, d in runs.items()}
+    assert owners == {"initially": {0, 4}, "persistently": {0}}  # GC RUs: the shared owner (nruh) or RUH 0
+    b = {t: ftl_state.line_budget(d.flash, d.fdp) for t, d in runs.items()}
+    assert (b["initially"].frontiers, b["persistently"].frontiers) == (5, 8)
