@@ -7,6 +7,7 @@ does not break the trace or device commands.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -121,6 +122,17 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``kvbed`` process: the command, its one-line errors and exit status. What the command built is frozen
+    out of the garbage collector on the way out: the interpreter's own collections at exit would otherwise walk
+    every object numba, matplotlib and the run left (~180k objects, ~0.15 s of a replay's process), and the
+    process ends right after."""
+    try:
+        _run(argv)
+    finally:
+        gc.freeze()
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="kvbed", standalone_mode=False)
     except click.exceptions.Exit as exc:
