@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     and pyarrow, then computes on numpy arrays: the young generation is collected every 50,000 allocations
     instead of every 700, which in a replay made ~420 collections, 3 of them full (~0.1-0.15 s of CPU). What the
     command built is frozen out of the collector on the way out: the interpreter's own collections at exit would
-    walk all of it again (~0.15 s), and the process ends right after."""
+    walk all of it again (~0.15 s), and the process ends right after. (Code that runs commands and goes on, the
+    tests for one, calls ``cli`` instead: frozen objects are never collected.)"""
     gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
     try:
         _run(argv)
