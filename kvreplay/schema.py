@@ -45,7 +45,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute in copy_row_groups)
 import pyarrow.parquet as pq
 
 from kvbed.core.atomicio import json_default, temp_path_for
@@ -257,6 +256,8 @@ class TraceWriter:
     def copy_row_groups(self, path: str | os.PathLike) -> None:
         """Append every row group of a trace this writer's schema wrote, as stored (no numpy round trip):
         how a live capture rewrites its output with the rows of one more flush."""
+        import pyarrow.compute as pc  # here, not at the top: every command reading a trace imports this module
+
         pf = pq.ParquetFile(path)
         if self._writer is None:
             self._writer = self._open(self.meta.to_json())
@@ -264,7 +265,7 @@ class TraceWriter:
             table = pf.read_row_group(rg)
             self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
             if table.num_rows:
-                self._last_ts = max(self._last_ts, int(pa.compute.max(table.column("ts_ns")).as_py()))
+                self._last_ts = max(self._last_ts, int(pc.max(table.column("ts_ns")).as_py()))
             self.rows += table.num_rows
 
     def _to_table(self, b: EventBatch) -> pa.Table:

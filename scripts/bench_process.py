@@ -15,7 +15,11 @@ alternately with this one's (the order swapped every pair, so both see the same 
 medians side by side with new/old. A tree with its own ``.venv`` runs with that interpreter, any other with
 this one and ``PYTHONPATH=TREE``; each tree keeps its own numba cache (``TREE/.cache/numba``).
 
-Run: ``python scripts/bench_process.py [--runs 5] [--old ../old] [--no-plots] [-- EXTRA REPLAY ARGS]``
+Python's bytecode cache: a shell with ``PYTHONDONTWRITEBYTECODE`` set (this sandbox's) never writes kvbed's
+``__pycache__``, so every process compiles its sources again (~0.1 s); ``--bytecode`` runs as an ordinary
+shell does, the warm-up writing the bytecode the timed runs read.
+
+Run: ``python scripts/bench_process.py [--runs 5] [--old ../old] [--no-plots] [--bytecode] [-- EXTRA REPLAY ARGS]``
 (about 5 s a run on 2 cores).
 """
 
@@ -43,8 +47,11 @@ def _python(tree: Path) -> str:
     return str(venv) if tree != ROOT and venv.exists() else sys.executable
 
 
-def _env(tree: Path) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".cache" / "numba"))
+def _env(tree: Path, bytecode: bool = False) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(tree / ".cache" / "numba"))
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def build_trace(path: Path) -> None:
@@ -58,14 +65,14 @@ def build_trace(path: Path) -> None:
         raise SystemExit(f"trace import failed: {' '.join(cmd)}\n{out.stderr}")
 
 
-def run_once(tree: Path, trace: Path, out_dir: Path, extra: list[str]) -> dict[str, float]:
+def run_once(tree: Path, trace: Path, out_dir: Path, extra: list[str], bytecode: bool = False) -> dict[str, float]:
     """One replay process: wall seconds and the child's CPU seconds (user + sys, every thread)."""
     cmd = [_python(tree), "-c", ENTRY, "replay", str(trace), "-o", str(out_dir), *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # cwd=tree: ``python -c`` puts the working directory first on sys.path, ahead of PYTHONPATH, so run from
     # another tree's root the child would import that tree's code instead of this one's
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tree), cwd=tree)
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tree, bytecode), cwd=tree)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode:
@@ -86,6 +93,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per tree (medians are reported)")
     ap.add_argument("--old", type=Path, default=None, metavar="TREE", help="compare with another checkout")
     ap.add_argument("--no-plots", action="store_true", help="replay with --no-plots")
+    ap.add_argument("--bytecode", action="store_true",
+                    help="run without PYTHONDONTWRITEBYTECODE, as an ordinary shell does: the warm-up run writes the "
+                         "trees' bytecode (__pycache__) and the timed runs read it instead of compiling kvbed's "
+                         "sources (~0.1 s a process)")
     ap.add_argument("extra", nargs="*", help="more `kvbed replay` arguments (after --)")
     a = ap.parse_args()
 
@@ -98,16 +109,18 @@ def main() -> None:
         out = Path(tmp)
         print(f"warm-up (numba caches): {', '.join(f'{k} = {v}' for k, v in trees.items())}", flush=True)
         for name, tree in trees.items():
-            run_once(tree, trace, out / f"warm-{name}", extra)
+            run_once(tree, trace, out / f"warm-{name}", extra, a.bytecode)
         load0 = os.getloadavg()[0]
         rs: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
         for i in range(a.runs):
             for name in (list(trees) if i % 2 == 0 else list(trees)[::-1]):
-                rs[name].append(run_once(trees[name], trace, out / f"{name}-{i}", extra))
+                rs[name].append(run_once(trees[name], trace, out / f"{name}-{i}", extra, a.bytecode))
         load = (load0 + os.getloadavg()[0]) / 2
 
     print(f"\nkvbed replay {trace.name} {' '.join(extra)} -o DIR: whole process, {a.runs} runs per tree, "
-          f"load average {load:.1f} (2 cores = 2.0 busy)")
+          f"load average {load:.1f} (2 cores = 2.0 busy)"
+          + ("; bytecode written and read" if a.bytecode or not os.environ.get("PYTHONDONTWRITEBYTECODE")
+             else "; PYTHONDONTWRITEBYTECODE set: kvbed's sources compiled in every run"))
     print(f"{'tree':5} {'cpu s (median)':>15} {'wall s (median)':>16} {'replay s':>9} {'jit s':>6}   "
           f"runs cpu | wall")
     med = {}
@@ -121,6 +134,7 @@ def main() -> None:
               f"wall {med['new']['wall_s'] / med['old']['wall_s']:.3f}")
     a.cache.mkdir(parents=True, exist_ok=True)
     (a.cache / "bench_process.json").write_text(json.dumps({"trace": str(trace), "extra": extra, "load": load,
+                                                             "bytecode": a.bytecode,
                                                              "trees": {k: str(v) for k, v in trees.items()},
                                                              "runs": rs}, indent=1))
 

@@ -19,6 +19,7 @@ from kvreplay.replay import record as R
 from kvbed.core.version import __version__
 
 FIO_VERSION_KEY = "kvbed version"
+WINDOW_PERCENTILES, WINDOW_TAGS = (50.0, 99.0, 99.9), ("p50", "p99", "p999")  # each time window's latency columns
 
 
 def window_row(w: int, window_ns: int, page_bytes: int, c: dict[str, int], prev: dict[str, int], W: np.ndarray,
@@ -54,8 +55,9 @@ def window_row(w: int, window_ns: int, page_bytes: int, c: dict[str, int], prev:
             row[k] = d[k]
     for r, name in enumerate(R.W_NAMES):
         h = LatencyHistogram(W[r])
-        for p, tag in ((50.0, "p50"), (99.0, "p99"), (99.9, "p999")):
-            row[f"{name}_lat_{tag}_ns"] = h.value_at(p) if h.n else None
+        vals = h.values_at(WINDOW_PERCENTILES) if h.n else [None] * len(WINDOW_PERCENTILES)
+        for tag, v in zip(WINDOW_TAGS, vals):
+            row[f"{name}_lat_{tag}_ns"] = v
     return row
 
 
