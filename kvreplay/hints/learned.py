@@ -46,6 +46,8 @@ drive's logical capacity (the guard's horizon).
 
 from __future__ import annotations
 
+import importlib.util
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -340,9 +342,60 @@ def require_sklearn(what: str):
     try:
         import sklearn.ensemble  # noqa: F401
     except ImportError:
-        raise KvbedError(f"{what} needs scikit-learn (an optional dependency): pip install 'kvbed[learn]' "
-                         f"or pip install scikit-learn") from None
+        raise KvbedError(_no_sklearn(what)) from None
     return sklearn
+
+
+def _no_sklearn(what: str) -> str:
+    return f"{what} needs scikit-learn (an optional dependency): pip install 'kvbed[learn]' or pip install scikit-learn"
+
+
+class BackgroundImport:
+    """scikit-learn's import on a thread, started when the policy is built, so that it overlaps the replay's
+    scan: it costs 0.7-2.5 s (it pulls scipy), as much as the rest of the policy on the Mooncake trace. Only
+    presence is checked up front (a missing package fails at once, in one line); :meth:`get` waits for the
+    import, so no decision depends on when it finishes."""
+
+    def __init__(self, what: str):
+        self.what = what
+        if importlib.util.find_spec("sklearn") is None:
+            raise KvbedError(_no_sklearn(what))
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="kvbed-import-sklearn", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            require_sklearn(self.what)
+            import threadpoolctl  # noqa: F401
+        except BaseException as exc:  # re-raised by get(), in the policy's thread
+            self.error = exc
+
+    def get(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+class _Ready:
+    """scikit-learn ready for one batch's fits and predictions, set up when the first of them needs it: the
+    background import joined, OpenMP limited to one thread (once per batch: setting it costs ~5 ms)."""
+
+    def __init__(self, imported: BackgroundImport):
+        self.imported = imported
+        self.limit = None
+
+    def __call__(self) -> None:
+        if self.limit is None:
+            self.imported.get()
+            self.limit = _one_thread()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.limit is not None:
+            self.limit.restore_original_limits()
 
 
 @dataclass(frozen=True)
@@ -397,7 +450,7 @@ class LearnedHints(HintPolicy):
         if min(p.retrain_writes, p.fit_min_deaths, p.max_iter, p.train_rows) < 1 or p.train_window < 2:
             raise KvbedError("--param retrain_writes, train_rows, fit_min_deaths, max_iter must be >= 1 and "
                              "train_window >= 2")
-        require_sklearn("--hints learned")
+        self.sklearn = BackgroundImport("--hints learned")
         self.stream = FeatureStream(p.clock, tier)
         w = p.train_window
         self.ring_rows = np.zeros((w, NF), np.float32)
@@ -417,11 +470,9 @@ class LearnedHints(HintPolicy):
         self.ring_life[slot[ok]] = life[ok]
         self.deaths += len(widx)
 
-    def _fit(self, now: int, clock_now: int) -> None:
+    def _fit(self, now: int, clock_now: int, ready: _Ready) -> None:
         """Refit on the older half of the last ``train_window`` writes (half of all writes so far while they
         are fewer), with the deaths stamped before write ``now``."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
         w = len(self.ring_widx)
         lo, hi = max(now - w, 0), now - min(w // 2, now // 2)
         if hi <= lo or self.deaths < self.params.fit_min_deaths:
@@ -432,6 +483,9 @@ class LearnedHints(HintPolicy):
         y = np.where(life >= 0, life, clock_now - self.ring_birth[idx]).astype(np.float64)
         y = np.log2(np.maximum(y, 1.0))
         x = self.ring_rows[idx]
+        ready()
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
         model = HistGradientBoostingRegressor(max_iter=self.params.max_iter, max_leaf_nodes=LEAVES,
                                               early_stopping=False, random_state=self.seed)
         model.fit(x, y)
@@ -440,21 +494,20 @@ class LearnedHints(HintPolicy):
         self.edges = np.quantile(pred, np.arange(1, self.n_classes) / self.n_classes)
         self.fits += 1
 
-    def _predict(self, rows: np.ndarray) -> np.ndarray:
+    def _predict(self, rows: np.ndarray, ready: _Ready) -> np.ndarray:
         if self.model is None or len(rows) == 0:
             return np.full(len(rows), -1, np.int16)  # no opinion yet: the guard gives class 0
+        ready()
         return np.searchsorted(self.edges, self.model.predict(rows), side="left").astype(np.int16)
 
     def _assign(self, batch, actions, writes):
         return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
 
     def _propose(self, batch, actions, writes):
-        if self.fits == 0 and self.writes_seen + len(writes) < FIRST_FIT:
-            return self._classify(batch, actions, writes)  # no fit in this batch: no thread pool to set
-        with _one_thread():  # once per batch: setting it costs ~5 ms
-            return self._classify(batch, actions, writes)
+        with _Ready(self.sklearn) as ready:
+            return self._classify(batch, actions, writes, ready)
 
-    def _classify(self, batch, actions, writes):
+    def _classify(self, batch, actions, writes, ready):
         rows, birth, dw, dl, ds = self.stream.batch(batch, actions, len(writes))
         if len(rows) != len(writes):
             raise RuntimeError(f"learned: {len(rows)} feature rows for {len(writes)} writes")
@@ -471,7 +524,7 @@ class LearnedHints(HintPolicy):
             end = min(len(rows), nxt - first)
             seg = slice(pos, end)
             gidx = np.arange(first + pos, first + end)
-            out[seg] = self._predict(rows[seg])
+            out[seg] = self._predict(rows[seg], ready)
             self.ring_rows[gidx % w] = rows[seg]
             self.ring_widx[gidx % w] = gidx
             self.ring_birth[gidx % w] = birth[seg]
@@ -481,7 +534,7 @@ class LearnedHints(HintPolicy):
                 known = ds < nxt  # deaths at or before write nxt - 1's event: all in this batch or earlier
                 self._learn(dw[known], dl[known])
                 dw, dl, ds = dw[~known], dl[~known], ds[~known]
-                self._fit(nxt, int(birth[pos - 1]))
+                self._fit(nxt, int(birth[pos - 1]), ready)
         self.pending = (dw, dl, ds)
         return out
 

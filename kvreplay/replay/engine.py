@@ -125,6 +125,10 @@ class Replay:
         self.layout_cls = layout_for(self.device_cls)
         self.policy_cls: type[HintPolicy] = HINTS.get(cfg.hints)
         pb = page_bytes_of(cfg.device_params)
+        # classes and the streams the layout keeps open (zones) enter the sizing; the policy is built before the
+        # scan, which it does not need, so any slow start it has (learned's scikit-learn import) overlaps it
+        self.n_classes = rp.classes or self.layout_cls.default_classes(self.device_cls, cfg.device_params, cfg.layout)
+        self.policy = self.policy_cls(self.n_classes, cfg.hint_params, seed=rp.seed, tier=rp.tier_code)
         if self.progress:
             self.progress.phase("scan", self.reader.num_rows)
         self.header_bytes = CONTRACTS.get(cfg.faults.contract).header_bytes()
@@ -147,8 +151,6 @@ class Replay:
         if sc.writes == 0:
             raise KvbedError(f"tier {rp.tier!r} has no persist/recover events: nothing to place on a device",
                              where=cfg.trace)
-        # classes and the streams the layout keeps open (zones) enter the sizing
-        self.n_classes = rp.classes or self.layout_cls.default_classes(self.device_cls, cfg.device_params, cfg.layout)
         streams = self.layout_cls.open_streams(self.n_classes, cfg.device_params, cfg.layout)
         groups = size_run(cfg, sc, streams, fit_params=self.fit_params, owner=self.capacity_owner)
         self.device = self.device_cls(**groups)
@@ -156,7 +158,6 @@ class Replay:
         if self.device.page_bytes != pb:
             raise KvbedError(f"device page_bytes {self.device.page_bytes} differs from the sizing's {pb}")
         self.page_bytes = pb
-        self.policy = self.policy_cls(self.n_classes, cfg.hint_params, seed=rp.seed, tier=rp.tier_code)
         self.policy.know_device(DeviceFacts(pb, self.device.placement_unit_pages, self.header_bytes,
                                             self.device.logical_pages))
         if self.policy_cls.needs_future:

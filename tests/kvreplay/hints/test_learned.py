@@ -9,7 +9,7 @@ import pytest
 from kvreplay import schema as S
 from kvreplay.hints import HINTS
 from kvreplay.hints.base import DeviceFacts
-from kvreplay.hints.learned import FEATURES, FeatureStream, LearnedHints, LearnedParams, next_fit
+from kvreplay.hints.learned import FEATURES, BackgroundImport, FeatureStream, LearnedHints, LearnedParams, next_fit
 from kvreplay.hints.testing import check_online, classes_of
 from kvreplay.layout.actions import A_WRITE, action_table, select
 from kvbed.core.errors import KvbedError
@@ -148,9 +148,19 @@ def test_at_its_defaults_it_follows_once_its_classes_predict_which_copies_outliv
 def test_without_scikit_learn_it_says_so_in_one_line(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # not installed: the policy is refused when built
     with pytest.raises(KvbedError, match=r"needs scikit-learn .* pip install 'kvbed\[learn\]'"):
         LearnedHints(4)
+
+
+def test_a_broken_scikit_learn_fails_at_the_first_fit_in_one_line(monkeypatch):
+    """Installed but not importable: the background import's error is raised where the policy waits for it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
+    imported = BackgroundImport("--hints learned")
+    with pytest.raises(KvbedError, match=r"--hints learned needs scikit-learn .* pip install 'kvbed\[learn\]'"):
+        imported.get()
 
 
 def test_predictability_on_the_two_lifetime_trace(lifetimes_trace):
