@@ -35,7 +35,9 @@ it shares with the first writes after the fill. Measured (fdp op_ratio 0.07, fil
 none -> fill-phase): the Mooncake trace (S3-FIFO SSD tier 1 TiB) 1.1153 -> 1.1153 initially isolated, 1.1153
 -> 1.1098 persistently isolated; its 1.103 (10.5% of the oracle's cut) before the unit was closed came from
 the open unit, which pinned long-lived fill data where GC never looked. The synthetic trace (3 seeds, op 0.07
-and 0.28, both handle types): at most +0.4% against none, mean of 3 seeds. The cache-aware policy that uses the
+and 0.28, both handle types; the practical-hints study): at most +0.9% against none, mean of 3 seeds
+(persistently isolated, op 0.07: 1.9180 -> 1.9345), where GC's copies of the fill class go to a reclaim unit
+of the handle's own that the host cannot fill. The cache-aware policy that uses the
 store's state is ``readmission``.
 
 Knows: the past only - the ends of copies on the tier (evict, invalidate, delete events) up to the write - and
