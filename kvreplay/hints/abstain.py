@@ -76,6 +76,12 @@ from kvbed.core.params import param
 M_W, M_X, M_XX, M_C, M_CC, M_CX, M_N = range(7)
 
 
+#: the guard's evidence (``--param test=``), and its help for every guarded policy's Params
+TESTS = ("lifetime", "survival")
+TEST_HELP = ("the evidence: 'lifetime' (the log-lifetimes of the copies seen to die) or 'survival' (whether each "
+             "copy outlived the horizon: censoring-free, it waits for the horizon)")
+
+
 @dataclass(frozen=True)
 class AbstainParams:
     """The guard's parameters; a guarded policy's own Params inherit them (``--param abstain=false`` ...)."""
@@ -91,9 +97,7 @@ class AbstainParams:
     window: int = param(32768, "halve the guard's evidence every this many deaths", quiet_default=True)
     confirm: int = param(2, "consecutive decisions (one every min_deaths deaths) that must find the classes "
                             "separated before they are followed", quiet_default=True)
-    test: str = param("lifetime", "the evidence: 'lifetime' (the log-lifetimes of the copies seen to die) or "
-                                  "'survival' (whether each copy outlived the horizon: censoring-free, it waits "
-                                  "for the horizon)", choices=("lifetime", "survival"), quiet_default=True)
+    test: str = param("lifetime", TEST_HELP, choices=TESTS, quiet_default=True)
     horizon: float = param(1.0, "with test=survival: the horizon, in writes of this share of the drive's "
                                 "logical capacity (1.0: the copies greedy GC would have had to move)",
                            quiet_default=True)
@@ -104,9 +108,7 @@ class SurvivalGuardParams(AbstainParams):
     """The guard judging by survival at one drive capacity (``readmission``, ``learned``): classes meant to
     separate long from short lives are judged by the copies GC would have to move, not by the early deaths."""
 
-    test: str = param("survival", "the evidence: 'lifetime' (the log-lifetimes of the copies seen to die) or "
-                                  "'survival' (whether each copy outlived the horizon)",
-                      choices=("lifetime", "survival"), quiet_default=True)
+    test: str = param("survival", TEST_HELP, choices=TESTS, quiet_default=True)
 
 
 class GuardEvents(NamedTuple):
@@ -337,7 +339,6 @@ class AbstainGuard:
                                float(params.min_deaths), int(params.window), max(1, int(params.min_deaths)),
                                int(params.confirm), 0)
         self.log = _new_log(1 if params.test == "lifetime" else 4096)
-        self.horizon_bytes = 0
 
     def classes(self, batch, actions: np.ndarray, proposed: np.ndarray, device=None) -> np.ndarray:
         """The class of each tier write of ``batch`` (``proposed`` by the policy, -1 = no opinion); ``device``
@@ -346,8 +347,8 @@ class AbstainGuard:
             if device is None or device.logical_pages <= 0:  # unguarded without a drive: the lifetime evidence
                 raise KvbedError("the abstain guard's test=survival needs the drive's logical capacity (the replay "
                                  "gives it; in tests pass device=DeviceFacts(...))")
-            self.horizon_bytes = max(1, int(self.params.horizon * device.logical_pages * device.page_bytes))
-            self.cfg = self.cfg._replace(horizon=self.horizon_bytes)
+            self.cfg = self.cfg._replace(
+                horizon=max(1, int(self.params.horizon * device.logical_pages * device.page_bytes)))
         out = np.zeros(len(proposed), np.int16)
         ev = GuardEvents(batch["op"], batch["obj_id"], batch["nbytes"], actions,
                          np.ascontiguousarray(proposed, dtype=np.int16))
@@ -371,7 +372,7 @@ class AbstainGuard:
         return {
             "abstain": self.params.abstain,
             "abstain_test": (("class-lifetime correlation" if self.ordered else "correlation ratio")
-                             + (f" of survival past {self.horizon_bytes} bytes written" if self.cfg.horizon else "")),
+                             + (f" of survival past {self.cfg.horizon} bytes written" if self.cfg.horizon else "")),
             "min_separation": self.params.min_separation,
             "abstained_writes_share": round(float(st[3]) / st[2], 4) if st[2] else 0.0,
             "abstained_bytes_share": round(float(st[5]) / st[4], 4) if st[4] else 0.0,

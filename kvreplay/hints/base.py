@@ -65,7 +65,7 @@ class DeviceFacts:
 
     def pages(self, nbytes: np.ndarray) -> np.ndarray:
         """Mapping units each write occupies on the device (as the replay's layout counts them)."""
-        return pages_of(nbytes + self.header_bytes if self.header_bytes else nbytes, self.page_bytes)
+        return pages_of(nbytes, self.page_bytes, self.header_bytes)
 
 
 class HintPolicy(abc.ABC):

@@ -68,6 +68,9 @@ def batch_actions(lut: np.ndarray, op: np.ndarray, tier: np.ndarray) -> np.ndarr
     return select(lut, op, tier)[0]
 
 
-def pages_of(nbytes: np.ndarray, page_bytes: int) -> np.ndarray:
-    """Mapping units an object occupies (at least one: a zero-byte object still has an address)."""
+def pages_of(nbytes: np.ndarray, page_bytes: int, header_bytes: int = 0) -> np.ndarray:
+    """Mapping units an object occupies with ``header_bytes`` stored beside its payload (a recovery contract's
+    header); at least one: a zero-byte object still has an address."""
+    if header_bytes:
+        nbytes = nbytes + header_bytes
     return np.maximum(1, (nbytes + (page_bytes - 1)) // page_bytes).astype(np.int32)

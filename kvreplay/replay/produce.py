@@ -133,7 +133,7 @@ class Producer:
             ev_act = act[tidx]
             ev_obj = batch["obj_id"][tidx]
             ev_nbytes = batch["nbytes"][tidx]
-            ev_pages = pages_of(ev_nbytes + self.header_bytes if self.header_bytes else ev_nbytes, self.page_bytes)
+            ev_pages = pages_of(ev_nbytes, self.page_bytes, self.header_bytes)
             ev_ts = batch["ts_ns"][tidx]
             ev_cls = np.zeros(len(tidx), np.int16)
             is_w = ev_act == A_WRITE

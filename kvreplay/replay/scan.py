@@ -238,7 +238,7 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
         last_sec = (int(ts[-1]) - res.t_first_ns) // 1_000_000_000
         if last_sec >= len(per_sec):
             per_sec = np.concatenate([per_sec, np.zeros(max(last_sec + 1, 2 * len(per_sec)) - len(per_sec), np.int64)])
-        pg = pages_of(nb + header_bytes if header_bytes else nb, page_bytes)
+        pg = pages_of(nb, page_bytes, header_bytes)
         if record_future:
             need = int(acc[AC_WRITES]) + int(np.count_nonzero(a == A_WRITE))
             if need > len(life):
