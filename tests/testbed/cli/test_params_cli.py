@@ -196,3 +196,13 @@ def test_unknown_keys_name_their_owner(tmp_path, args, fragments):
     trace = T.write(tmp_path / "p.parquet", T.POWER, nbytes=T.POWER_BYTES)
     one_line_error(kvbed(*[str(trace) if a == "{trace}" else a for a in args], "-o", tmp_path / "o")
                    if args[0] in ("replay", "crossover") else kvbed(*args), *fragments)
+
+
+@pytest.mark.parametrize("pair, fragment", [
+    ("horizon=0", "--param horizon: must be > 0, got 0.0"),
+    ("test=survivl", "survivl"),
+])
+def test_a_bad_guard_parameter_is_one_line_and_leaves_no_run(tmp_path, pair, fragment):
+    trace = T.write(tmp_path / "p.parquet", T.POWER, nbytes=T.POWER_BYTES)
+    one_line_error(kvbed("replay", trace, "--hints", "readmission", "--param", pair, "-o", tmp_path / "o"), fragment)
+    assert not (tmp_path / "o").exists()
