@@ -11,7 +11,9 @@ Trace: the Mooncake conversation trace as kv-hints-fdp imports it (1 TiB S3-FIFO
 with op_ratio 0.07 and fill_ratio 1.0 (the setting where the oracle cuts WAF by 10%). Built once under
 ``--cache``. Numba kernels come from the on-disk cache (a warm-up run of each policy fills it).
 
-Run: ``python scripts/bench_hints.py [--runs 5] [--hints learned]``.
+Run: ``python scripts/bench_hints.py [--runs 5] [--hints learned] [--copies 4] [--old TREE]``. ``--old`` (a
+checkout of another commit) measures both policies with the old tree's code too, all four alternating in one run,
+and prints each tree's ratio.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=1,
                     help="N > 1: the Mooncake trace N times back to back as scripts/bench_replay.py builds it "
                          "(its default tiers: 2 TiB SSD), so fixed costs (the scikit-learn import) weigh less")
+    ap.add_argument("--old", type=Path, metavar="TREE", help="also measure a checkout of another commit, alternating")
     a = ap.parse_args()
     trace = a.trace
     if trace is None and a.copies > 1:
@@ -54,24 +57,30 @@ def main() -> None:
             kvbed = Path(sys.executable).parent / "kvbed"
             subprocess.run([str(kvbed), "trace", "import", "mooncake", str(MOONCAKE), "-o", str(trace),
                             "--ssd-bytes", "1TiB", "--policy", "ssd=s3fifo"], check=True, capture_output=True)
-    print(f"trace {trace}; fdp {' '.join(PARAMS)}; warm-up ...", flush=True)
-    for h in ("none", a.hints):
-        run_child(trace, "fdp", h, PARAMS)
+    trees = {"new": ROOT, **({"old": a.old.resolve()} if a.old else {})}
+    cases = [(t, h) for t in trees for h in ("none", a.hints)]
+    print(f"trace {trace}; fdp {' '.join(PARAMS)}; trees {', '.join(f'{k} = {v}' for k, v in trees.items())}; "
+          f"warm-up ...", flush=True)
+    for t, h in cases:
+        run_child(trace, "fdp", h, PARAMS, trees[t])
     load0 = os.getloadavg()[0]
-    rs: dict[str, list[dict]] = {"none": [], a.hints: []}
+    rs: dict[tuple[str, str], list[dict]] = {c: [] for c in cases}
     for i in range(a.runs):
-        for h in (("none", a.hints) if i % 2 == 0 else (a.hints, "none")):
-            rs[h].append(run_child(trace, "fdp", h, PARAMS))
+        k = i % len(cases)  # every run starts the rotation at another case, so none leads or trails always
+        for t, h in cases[k:] + cases[:k]:
+            rs[t, h].append(run_child(trace, "fdp", h, PARAMS, trees[t]))
     load = (load0 + os.getloadavg()[0]) / 2
-    wall = {h: statistics.median(r["wall_s"] for r in v) for h, v in rs.items()}
-    cpu = {h: statistics.median(r["cpu_s"] for r in v) for h, v in rs.items()}
-    print(f"{'hints':10} {'median wall s':>14} {'median cpu s':>13}   runs (wall s)")
-    for h in rs:
-        runs = " ".join(f"{r['wall_s']:.2f}" for r in rs[h])
-        print(f"{h:10} {wall[h]:14.2f} {cpu[h]:13.2f}   {runs}")
-    print(f"{a.hints}/none: wall {wall[a.hints] / wall['none']:.2f}x, cpu {cpu[a.hints] / cpu['none']:.2f}x "
-          f"(load average {load:.1f}, {a.runs} runs each, alternating)")
-    print(f"WAF none {rs['none'][0]['waf']:.4f}, {a.hints} {rs[a.hints][0]['waf']:.4f}")
+    wall = {c: statistics.median(r["wall_s"] for r in v) for c, v in rs.items()}
+    cpu = {c: statistics.median(r["cpu_s"] for r in v) for c, v in rs.items()}
+    print(f"{'tree':5} {'hints':10} {'median wall s':>14} {'median cpu s':>13}   runs (wall s)")
+    for t, h in rs:
+        runs = " ".join(f"{r['wall_s']:.2f}" for r in rs[t, h])
+        print(f"{t:5} {h:10} {wall[t, h]:14.2f} {cpu[t, h]:13.2f}   {runs}")
+    for t in trees:
+        print(f"{t:5} {a.hints}/none: wall {wall[t, a.hints] / wall[t, 'none']:.2f}x, "
+              f"cpu {cpu[t, a.hints] / cpu[t, 'none']:.2f}x; WAF none {rs[t, 'none'][0]['waf']:.4f}, "
+              f"{a.hints} {rs[t, a.hints][0]['waf']:.4f}")
+    print(f"(load average {load:.1f}, {a.runs} runs each, rotating)")
 
 
 if __name__ == "__main__":

@@ -96,10 +96,26 @@ class HintPolicy(abc.ABC):
 
     @abc.abstractmethod
     def _assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> np.ndarray:
-        """Classes (int16) for the events at ``writes`` (indices of WRITE actions in ``batch``)."""
+        """Classes (int16) for the events at ``writes`` (indices of WRITE actions in ``batch``). A policy that
+        defines :meth:`observe` takes its result as a keyword argument, ``seen``."""
 
-    def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> np.ndarray:
-        cls = self._assign(batch, actions, writes)
+    def observe(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> Any:
+        """The part of classifying a batch that needs only the trace's events, none of the classes given before
+        (``learned``'s causal feature pass); None: nothing (the default).
+
+        The replay calls it for every batch in trace order, in its reading thread, a batch or two ahead of
+        :meth:`assign` for the same batch, which then gets the result: the two halves overlap on two cores. So
+        observe must touch only state that ``_assign`` never reads or writes. A caller of :meth:`assign` without
+        ``seen`` need not call it: assign does."""
+        return None
+
+    def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray, seen: Any = None) -> np.ndarray:
+        """Classes (int16) for the writes of one batch, batches given in trace order; ``seen``: what
+        :meth:`observe` returned for this batch, when the caller ran it ahead."""
+        if seen is None:
+            seen = self.observe(batch, actions, writes)
+        cls = self._assign(batch, actions, writes) if seen is None else self._assign(batch, actions, writes,
+                                                                                      seen=seen)
         self.writes_seen += len(writes)
         return np.ascontiguousarray(cls, dtype=np.int16)
 

@@ -407,7 +407,9 @@ class LearnedParams(SurvivalGuardParams):
     train_window: int = param(65536, "the model learns from the last this many writes, the older half of them")
     train_rows: int = param(4096, "at most this many of them (an even stride), to bound the cost of a fit")
     fit_min_deaths: int = param(64, "tier deaths needed before the first fit")
-    max_iter: int = param(20, "boosting iterations per fit (HistGradientBoostingRegressor max_iter)")
+    max_iter: int = param(10, "boosting iterations per fit (HistGradientBoostingRegressor max_iter)")
+    learning_rate: float = param(0.2, "shrinkage of each tree (HistGradientBoostingRegressor learning_rate; "
+                                      "only the ranking of predictions matters, so fewer trees take more each)")
 
 
 def _one_thread():
@@ -450,6 +452,8 @@ class LearnedHints(HintPolicy):
         if min(p.retrain_writes, p.fit_min_deaths, p.max_iter, p.train_rows) < 1 or p.train_window < 2:
             raise KvbedError("--param retrain_writes, train_rows, fit_min_deaths, max_iter must be >= 1 and "
                              "train_window >= 2")
+        if not 0 < p.learning_rate <= 1:
+            raise KvbedError(f"--param learning_rate={p.learning_rate}: must be in (0, 1]")
         self.sklearn = BackgroundImport("--hints learned")
         self.stream = FeatureStream(p.clock, tier)
         w = p.train_window
@@ -487,6 +491,7 @@ class LearnedHints(HintPolicy):
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         model = HistGradientBoostingRegressor(max_iter=self.params.max_iter, max_leaf_nodes=LEAVES,
+                                              learning_rate=self.params.learning_rate,
                                               early_stopping=False, random_state=self.seed)
         model.fit(x, y)
         pred = model.predict(x)
@@ -500,15 +505,17 @@ class LearnedHints(HintPolicy):
         ready()
         return np.searchsorted(self.edges, self.model.predict(rows), side="left").astype(np.int16)
 
-    def _assign(self, batch, actions, writes):
-        return self.guard.classes(batch, actions, self._propose(batch, actions, writes), self.device)
+    def observe(self, batch, actions, writes):
+        """The feature pass (it needs no model): the replay runs it ahead, in its reading thread."""
+        return self.stream.batch(batch, actions, len(writes))
 
-    def _propose(self, batch, actions, writes):
+    def _assign(self, batch, actions, writes, seen=None):
         with _Ready(self.sklearn) as ready:
-            return self._classify(batch, actions, writes, ready)
+            proposed = self._classify(writes, seen, ready)
+        return self.guard.classes(batch, actions, proposed, self.device)
 
-    def _classify(self, batch, actions, writes, ready):
-        rows, birth, dw, dl, ds = self.stream.batch(batch, actions, len(writes))
+    def _classify(self, writes, seen, ready):
+        rows, birth, dw, dl, ds = seen
         if len(rows) != len(writes):
             raise RuntimeError(f"learned: {len(rows)} feature rows for {len(writes)} writes")
         first = self.writes_seen

@@ -112,23 +112,36 @@ class Producer:
         def mark(row: int, ts: int) -> Mark:
             return Mark(row, ts, self.layout.stats(), class_writes.copy(), class_bytes.copy(), action_counts.copy())
 
-        t = clock()
-        for batch in prefetched(self.batches):
-            t1 = clock()
-            tm["read_wait"] += t1 - t
+        # three threads besides the consumer's, each a batch or two ahead of the next: reading (and the policy's
+        # observe), classifying, the layout; results do not depend on it (the policy sees batches in order)
+        def observed() -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]]:
+            for batch in self.batches:
+                t1 = clock()
+                act, tidx = select(lut, batch["op"], batch["tier"])
+                w_idx = tidx[act[tidx] == A_WRITE]
+                t2 = clock()
+                tm["select"] += t2 - t1
+                seen = self.policy.observe(batch, act, w_idx)
+                tm["hints"] += clock() - t2
+                yield batch, act, tidx, w_idx, seen
+
+        def classified() -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]:
+            t = clock()
+            for batch, act, tidx, w_idx, seen in prefetched(observed()):
+                t1 = clock()
+                tm["read_wait"] += t1 - t
+                cls = self.policy.assign(batch, act, w_idx, seen)
+                tm["hints"] += clock() - t1
+                if len(cls) and (cls.min() < 0 or cls.max() >= n_classes):
+                    raise RuntimeError(f"hint policy {self.policy.name} returned a class outside [0, {n_classes})")
+                yield batch, act, tidx, cls
+                t = clock()
+
+        for batch, act, tidx, cls in prefetched(classified()):
             n = batch.n
-            act, tidx = select(lut, batch["op"], batch["tier"])
-            w_idx = tidx[act[tidx] == A_WRITE]
-            t2 = clock()
-            tm["select"] += t2 - t1
-            cls = self.policy.assign(batch, act, w_idx)
-            tm["hints"] += clock() - t2
-            if len(cls) and (cls.min() < 0 or cls.max() >= n_classes):
-                raise RuntimeError(f"hint policy {self.policy.name} returned a class outside [0, {n_classes})")
             if len(tidx) == 0:
                 row0 += n
                 yield mark(row0, int(batch["ts_ns"][-1]))
-                t = clock()
                 continue
             ev_act = act[tidx]
             ev_obj = batch["obj_id"][tidx]
@@ -177,7 +190,6 @@ class Producer:
                     yield mark(row0 + int(tidx[start]), int(ev_ts[start - 1]))
             row0 += n
             yield mark(row0, int(batch["ts_ns"][-1]))
-            t = clock()
 
 
     def _reads_at_request_start(self, ev_arr: np.ndarray, ev_act: np.ndarray, req: np.ndarray,

@@ -105,8 +105,8 @@ def _guarded(path, device=None, **params):
 
 def test_guarded_it_abstains_until_its_classes_order_the_lifetimes_seen_to_die(lifetimes_trace):
     """test=lifetime. The two-lifetime trace: by its end 1,253 copies have died, nearly all short-lived ones (the
-    long-lived mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.374
-    only. Under a bar of 0.8 the guard never follows: every write gets class 0, as no hints.
+    long-lived mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.372
+    only (0.374 with the earlier default of 20 trees at 0.1: the deaths' classes moved a little). Under a bar of 0.8 the guard never follows: every write gets class 0, as no hints.
     With a bar of 0.3 (deciding every 256 deaths, following after one separated decision) it follows from a
     decision on: from then on the classes are exactly the unguarded ones; before, class 0."""
     path = lifetimes_trace(3000)
@@ -115,7 +115,7 @@ def test_guarded_it_abstains_until_its_classes_order_the_lifetimes_seen_to_die(l
     assert len(np.unique(raw[2048:])) > 1  # unguarded, it does separate (test above)
     cls, d = _guarded(path, min_deaths=256, confirm=1, test="lifetime", min_separation=0.8)
     assert (cls == 0).all() and d["abstained_writes_share"] == 1.0 and d["switches"] == 0
-    assert d["deaths_seen"] == 1253 and d["separation_max"] == pytest.approx(0.3739, abs=1e-4)
+    assert d["deaths_seen"] == 1253 and d["separation_max"] == pytest.approx(0.3715, abs=1e-4)
     cls, d = _guarded(path, min_deaths=256, confirm=1, test="lifetime", min_separation=0.3)
     diff = np.flatnonzero(cls != raw)
     assert (cls[diff] == 0).all()  # it only ever abstains to class 0
@@ -136,7 +136,7 @@ def test_at_its_defaults_it_follows_once_its_classes_predict_which_copies_outliv
                      params=LearnedParams(abstain=False))
     cls, d = _guarded(path, DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=4096), min_deaths=256,
                       confirm=1)
-    assert d["deaths_seen"] == 952 and d["separation_at_end"] == pytest.approx(0.9102, abs=1e-4)
+    assert d["deaths_seen"] == 952 and d["separation_at_end"] == pytest.approx(0.9079, abs=1e-4)
     diff = np.flatnonzero(cls != raw)
     assert (cls[diff] == 0).all() and diff.max() + 1 == 2302 and d["switches"] == 1
     assert np.array_equal(cls[2302:], raw[2302:]) and len(np.unique(cls[2302:])) > 1
@@ -184,3 +184,29 @@ def test_predictability_on_the_two_lifetime_trace(lifetimes_trace):
     bayes = 1 - (short & (y == 1)).mean()
     assert bayes - 0.02 < res["cross_fit"]["accuracy"] <= bayes + 0.005
     assert res["cross_fit"]["joint_mi_bits_lower_bound"] <= res["entropy_bits"]
+
+
+def test_its_feature_pass_run_ahead_gives_the_same_classes(lifetimes_trace):
+    """The replay runs ``observe`` (the feature pass) in its reading thread, batches ahead of ``assign``. With every
+    batch observed before the first is assigned (the furthest ahead it can be), the classes are those of a
+    policy that observes each batch just before assigning it: observe touches nothing assign reads. 700-row
+    batches, so refits fall inside and across them."""
+    path = lifetimes_trace(3000)
+    lut = action_table(S.TIER_SSD)
+    batches = []
+    for b in S.TraceReader(path).iter_batches():
+        for lo in range(0, b.n, 700):
+            x = b.take(slice(lo, lo + 700))
+            act, tidx = select(lut, x["op"], x["tier"])
+            batches.append((x, act, tidx[act[tidx] == A_WRITE]))
+    params = LearnedParams(min_deaths=256, confirm=1, min_separation=0.3)
+    plain, ahead = LearnedHints(4, params), LearnedHints(4, params)
+    for pol in (plain, ahead):
+        pol.know_device(DeviceFacts(MiB, 0, 0, 2000))
+    want = np.concatenate([plain.assign(*x) for x in batches])
+    seen = [ahead.observe(*x) for x in batches]
+    got = np.concatenate([ahead.assign(*x, s) for x, s in zip(batches, seen)])
+    assert len(batches) > 5 and plain.fits == ahead.fits == 2  # at 1,024 and 2,048 writes
+    assert len(np.unique(want)) > 1  # it follows its classes, so the comparison is not of all zeros
+    np.testing.assert_array_equal(got, want)
+    assert ahead.describe() == plain.describe()
