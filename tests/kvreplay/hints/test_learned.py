@@ -210,3 +210,18 @@ def test_its_feature_pass_run_ahead_gives_the_same_classes(lifetimes_trace):
     assert len(np.unique(want)) > 1  # it follows its classes, so the comparison is not of all zeros
     np.testing.assert_array_equal(got, want)
     assert ahead.describe() == plain.describe()
+
+
+def test_a_replay_gives_the_classes_of_the_policy_run_batch_by_batch(lifetimes_trace):
+    """A replay runs learned's feature pass in its reading thread, ahead of the classes (HintPolicy.observe), and
+    the classes in a thread beside the layout's: its writes per class are those of the policy run batch by batch
+    in one thread (classes_of), and they are spread over the classes."""
+    from kvreplay.replay.engine import Replay, build_config
+
+    path = lifetimes_trace(3000)
+    job = Replay(build_config(str(path), "fdp", "learned", ["fill_ratio=1.0", "abstain=false"])).run()["result"]
+    job = job["jobs"][0]
+    n = len(job["per_class"])
+    want = np.bincount(classes_of(LearnedHints, S.TraceReader(path).iter_batches(), n_classes=n,
+                                  params=LearnedParams(abstain=False)), minlength=n)
+    assert [c["writes"] for c in job["per_class"]] == want.tolist() and (want > 0).sum() > 2

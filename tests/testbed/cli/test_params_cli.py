@@ -60,7 +60,7 @@ def test_a_key_of_several_sets_shows_each_and_a_prefix_picks_one():
 
 def test_an_unknown_key_is_one_line_with_near_matches():
     one_line_error(kvbed("params", "erorr_rate"), "unknown parameter set or key 'erorr_rate'",
-                   "(did you mean error_rate?)")
+                   "(did you mean error_rate or learning_rate?)")  # the closest first
     one_line_error(kvbed("params", "zzzz"), "unknown parameter set or key 'zzzz'")
     assert "did you mean" not in kvbed("params", "zzzz").stderr
 

@@ -71,6 +71,24 @@ def test_run_cdf_lines_have_distinct_styles_and_a_0_to_1_axis(runs):
         _says_what_and_units(fig)
 
 
+def _tick_labels(fig, ax):
+    fig.canvas.draw()
+    return [t.get_text() for t in ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels() if t.get_text()]
+
+
+def test_latency_axes_label_their_ticks_as_plain_numbers():
+    """Log-axis ticks read 0.01, 1, 100 (ms): plain text, no mathtext (no "$"); on an axis spanning less than a
+    decade the minor ticks are labelled too, so it is never left without numbers."""
+    fig, ax = _subplots((7, 4))
+    _cdf_steps(ax, [("a", np.array([1e4, 1e5, 1e6, 1e7]), np.array([0.25, 0.5, 0.75, 1.0]))])  # 0.01-10 ms
+    labels = _tick_labels(fig, ax)
+    assert {"0.01", "0.1", "1", "10"} <= set(labels) and not any("$" in t for t in labels)
+    fig, ax = _subplots((7, 4))
+    _cdf_steps(ax, [("a", np.array([2.2e6, 3e6, 4e6, 5.5e6]), np.array([0.25, 0.5, 0.75, 1.0]))])  # 2.2-5.5 ms
+    labels = _tick_labels(fig, ax)
+    assert set(labels) & {"3", "4", "5"} and not any("$" in t for t in labels)
+
+
 def test_every_run_plot_says_what_it_compares_with_units(runs):
     for run in runs:
         for fig in (waf_figure(run), latency_cdf_figure(run), ruh_bytes_figure(run)):
