@@ -10,7 +10,9 @@ and the write rate and request inter-arrival (moving averages). One numba pass p
 on the lifetime clock) as it happens.
 
 The model (scikit-learn's ``HistGradientBoostingRegressor``, an optional dependency: ``pip install
-'kvbed[learn]'``) predicts log2 lifetime. It is refit every ``retrain_writes`` writes, counted in trace order,
+'kvbed[learn]'``) predicts log2 lifetime, with 10 trees of 15 leaves at a learning rate of 0.2 per fit: only the
+ranking of its predictions matters, and 20 trees at 0.1 gave the same guarded WAF on all 18 practical-hints
+settings (3 seeds each) at twice the cost of fits and predictions. It is refit every ``retrain_writes`` writes, counted in trace order,
 on the older half of the last ``train_window`` writes (at most ``train_rows`` of them, by an even stride;
 half of all writes so far while there are fewer), the first fits at 1024, 2048, 4096... writes: a copy that
 has died teaches its lifetime, a copy still alive its age so far (a lower bound: right-censored, and long-lived
@@ -23,8 +25,8 @@ model, and each refit happens at a fixed write count with the deaths stamped bef
 
 Measured unguarded (``--param abstain=false``; ``scripts/predictability.py``, fdp op_ratio 0.07, fill_ratio 1.0,
 end-to-end WAF none -> learned, oracle; saved in docs/figures/predictability/): Mooncake (S3-FIFO SSD tier 1
-TiB) 1.1153 -> 1.0204, oracle 1.0000 (82% of the oracle's cut; 94% with retrain_writes=16384); the synthetic
-trace seeds 0 and 1 1.8385 -> 1.9022 and 2.0589 -> 2.1136 (worse than none: there deaths are the application's
+TiB) 1.1153 -> 1.0173, oracle 1.0000 (85% of the oracle's cut); the synthetic trace seeds 0 and 1 1.8385 ->
+1.8800 and 2.0589 -> 2.0831 (worse than none: there deaths are the application's
 deletes, which these features do not predict - see "How predictable is the oracle's class?" in
 docs/guides/replay-and-hints.md).
 
@@ -36,7 +38,7 @@ last - on Mooncake the correlation climbed to 0.81 only by the end, on the synth
 0.66-0.87 early (the short-lived copies die first) and fell to 0.38; at a bar of 0.8 it captured 2.3% of
 Mooncake's cut, at 0.6 it was 10.5% worse than none on the synthetic trace. Measured with the survival test at
 the defaults (fdp op_ratio 0.07, fill_ratio 1.0, end-to-end WAF, none -> learned): Mooncake 1.1153 -> 1.0212
-initially isolated, 1.0205 persistently (oracle 1.0000: 82% of its cut, as unguarded); the synthetic trace (3
+initially isolated, 1.0205 persistently (oracle 1.0000: 82% of its cut; unguarded 85%); the synthetic trace (3
 seeds, op 0.07 and 0.28, both handle types): the WAF of none on every run (it never follows). Safe and strong at
 the same defaults; the figures per setting are in the practical-hints study's findings.
 

@@ -267,7 +267,8 @@ class Replay:
 
     def _run(self, compiling: Any) -> dict[str, Any]:
         wall0 = time.perf_counter()
-        self.stage_s = {k: 0.0 for k in ("read_wait", "select", "hints", "layout", "device", "record")}
+        stages = ("read_wait", "select", "observe", "hints", "layout", "device", "record")
+        self.stage_s = {k: 0.0 for k in stages}  # wall seconds, each written by one thread (produce.py)
         self.prepare()
         rp = self.cfg.replay
         self._slots = np.zeros(rp.queue_depth, np.int64)

@@ -113,7 +113,8 @@ class Producer:
             return Mark(row, ts, self.layout.stats(), class_writes.copy(), class_bytes.copy(), action_counts.copy())
 
         # three threads besides the consumer's, each a batch or two ahead of the next: reading (and the policy's
-        # observe), classifying, the layout; results do not depend on it (the policy sees batches in order)
+        # observe), classifying, the layout; results do not depend on it (the policy sees batches in order). Each
+        # stage time is written by one thread only
         def observed() -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]]:
             for batch in self.batches:
                 t1 = clock()
@@ -122,7 +123,7 @@ class Producer:
                 t2 = clock()
                 tm["select"] += t2 - t1
                 seen = self.policy.observe(batch, act, w_idx)
-                tm["hints"] += clock() - t2
+                tm["observe"] += clock() - t2
                 yield batch, act, tidx, w_idx, seen
 
         def classified() -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray]]:
