@@ -3,9 +3,10 @@
 learned policy costs at most 2x the replay time of ``none``).
 
 What is measured: ``Replay.run()`` in a fresh process per run (scripts/bench_replay.py's child: both passes,
-result assembly; not interpreter start-up), ``none`` and the policy alternating run by run (the order swapped
-every pair) so both see the same machine load; medians, their ratio, and the ratio of CPU seconds (the child's
-threads; scikit-learn fits use OpenMP threads, so CPU time shows the cost the wall clock may hide).
+result assembly; not interpreter start-up), ``none`` and the policy (with ``--old``, both with another tree's code
+too) in a rotating order, each run starting at the next case, so all see the same machine load; medians, their
+ratio, and the ratio of CPU seconds (the child's threads; scikit-learn fits use OpenMP threads, so CPU time shows
+the cost the wall clock may hide).
 
 Trace: the Mooncake conversation trace as kv-hints-fdp imports it (1 TiB S3-FIFO SSD tier), replayed on fdp
 with op_ratio 0.07 and fill_ratio 1.0 (the setting where the oracle cuts WAF by 10%). Built once under

@@ -47,8 +47,8 @@ class PlainLogFormatter(LogFormatter):
     default log formatter labels (every decade; minor ticks too when the axis spans a decade or less). Latencies
     in ms read as well this way, and these labels need no mathtext, whose first use cost every replay ~50 ms."""
 
-    def _num_to_string(self, x, vmin, vmax):
-        return f"{x:g}"
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
 
 
 def _plain_log_ticks(axis) -> None:
@@ -472,6 +472,7 @@ def comparison_figure(runs: list[Run]) -> Figure:
     ax.set_xticks(x, labels, rotation=20, fontsize=8)
     ax.set_ylabel("KV object load latency (ms, log)")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
     ax.set_title("tail latency of KV object loads")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y", which="both")

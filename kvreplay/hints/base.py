@@ -55,8 +55,8 @@ class Future:
 class DeviceFacts:
     """What a host reads from its drive before it writes: the mapping unit, the placement unit its streams fill
     (an FDP reclaim unit's nominal size from the FDP configurations log page, a zone's writable capacity; 0:
-    none), the namespace's capacity, and the bytes the store keeps beside every object's payload (a recovery contract's header). A policy
-    that uses them says so in ``knows``."""
+    none), the namespace's capacity, and the bytes the store keeps beside every object's payload (a recovery
+    contract's header). A policy that uses them says so in ``knows``."""
 
     page_bytes: int
     unit_pages: int
@@ -66,6 +66,10 @@ class DeviceFacts:
     def pages(self, nbytes: np.ndarray) -> np.ndarray:
         """Mapping units each write occupies on the device (as the replay's layout counts them)."""
         return pages_of(nbytes, self.page_bytes, self.header_bytes)
+
+
+#: ``assign``'s ``seen`` when the caller did not run :meth:`HintPolicy.observe` ahead (None may be what it returned)
+UNSEEN: Any = object()
 
 
 class HintPolicy(abc.ABC):
@@ -101,21 +105,29 @@ class HintPolicy(abc.ABC):
 
     def observe(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> Any:
         """The part of classifying a batch that needs only the trace's events, none of the classes given before
-        (``learned``'s causal feature pass); None: nothing (the default).
+        (``learned``'s causal feature pass); a policy that defines it gets its result in ``_assign(...,
+        seen=...)``.
 
-        The replay calls it for every batch in trace order, in its reading thread, a batch or two ahead of
+        The replay calls it for every batch in trace order, in its reading thread, up to three batches ahead of
         :meth:`assign` for the same batch, which then gets the result: the two halves overlap on two cores. So
-        observe must touch only state that ``_assign`` never reads or writes. A caller of :meth:`assign` without
-        ``seen`` need not call it: assign does."""
+        observe must touch only state that ``_assign`` never reads or writes (:func:`~kvreplay.hints.testing.
+        check_online` checks it). A caller of :meth:`assign` without ``seen`` need not call it: assign does."""
         return None
 
-    def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray, seen: Any = None) -> np.ndarray:
+    @classmethod
+    def observes(cls) -> bool:
+        """Whether the policy splits its work with :meth:`observe`."""
+        return cls.observe is not HintPolicy.observe
+
+    def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray, seen: Any = UNSEEN) -> np.ndarray:
         """Classes (int16) for the writes of one batch, batches given in trace order; ``seen``: what
         :meth:`observe` returned for this batch, when the caller ran it ahead."""
-        if seen is None:
-            seen = self.observe(batch, actions, writes)
-        cls = self._assign(batch, actions, writes) if seen is None else self._assign(batch, actions, writes,
-                                                                                      seen=seen)
+        if self.observes():
+            if seen is UNSEEN:
+                seen = self.observe(batch, actions, writes)
+            cls = self._assign(batch, actions, writes, seen=seen)
+        else:
+            cls = self._assign(batch, actions, writes)
         self.writes_seen += len(writes)
         return np.ascontiguousarray(cls, dtype=np.int16)
 

@@ -11,13 +11,13 @@ on the lifetime clock) as it happens.
 
 The model (scikit-learn's ``HistGradientBoostingRegressor``, an optional dependency: ``pip install
 'kvbed[learn]'``) predicts log2 lifetime, with 10 trees of 15 leaves at a learning rate of 0.2 per fit: only the
-ranking of its predictions matters, and 20 trees at 0.1 gave the same guarded WAF on all 18 practical-hints
-settings (3 seeds each) at twice the cost of fits and predictions. It is refit every ``retrain_writes`` writes, counted in trace order,
-on the older half of the last ``train_window`` writes (at most ``train_rows`` of them, by an even stride;
-half of all writes so far while there are fewer), the first fits at 1024, 2048, 4096... writes: a copy that
-has died teaches its lifetime, a copy still alive its age so far (a lower bound: right-censored, and long-lived
-anyway). Predictions become classes by the quantiles of the model's own predictions on its training rows (so
-every placement id gets a share, as ``predicted``). Until the first fit (1024 writes and ``fit_min_deaths``
+ranking of its predictions matters, and 20 trees at 0.1 gave the same guarded WAF on all 6 practical-hints
+settings x 3 seeds (18 runs) at twice the cost of fits and predictions. It is refit every ``retrain_writes``
+writes, counted in trace order, on the older half of the last ``train_window`` writes (at most ``train_rows`` of
+them, by an even stride; half of all writes so far while there are fewer), the first fits at 1024, 2048,
+4096... writes: a copy that has died teaches its lifetime, a copy still alive its age so far (a lower bound:
+right-censored, and long-lived anyway). Predictions become classes by the quantiles of the model's own
+predictions on its training rows (so every placement id gets a share, as ``predicted``). Until the first fit (1024 writes and ``fit_min_deaths``
 deaths), every write goes to class 0 (it knows nothing yet).
 
 Classes depend only on events up to the write and never on batch boundaries: the rows do not depend on the

@@ -7,6 +7,8 @@ of :mod:`kvreplay.hints.base` asks and a static check cannot:
   is run on the whole trace and on its first ``cut`` share of events, and the classes of the prefix
   compared) - a policy that peeks at later events, or prepares from the future, fails;
 - *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes);
+- *observe apart*: a policy that splits its work with ``observe`` gives the same classes when every batch is
+  observed before the first is assigned (the replay runs observe in its reading thread, ahead of assign);
 - *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, ``assign`` gives one class per
   write in ``[0, n_classes)`` (int16), ``describe()`` is JSON, and it is deterministic for a seed.
 
@@ -55,10 +57,12 @@ def _batches(batch: S.EventBatch, rows: int) -> Iterable[S.EventBatch]:
 def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *, n_classes: int = 4,
                params: Any = None, seed: int = 0, tier: int = S.TIER_SSD,
                future_of: Path | None = None, future: Future | None = None,
-               device: DeviceFacts | None = None) -> np.ndarray:
+               device: DeviceFacts | None = None, observe_ahead: bool = False) -> np.ndarray:
     """Run a policy over batches of trace events as the replay does; the class of every tier write, in order.
     An offline policy is prepared from ``future``, or from the future of the trace at ``future_of``; ``device``:
-    the drive's facts as the replay gives them (:meth:`HintPolicy.know_device`), none when not given."""
+    the drive's facts as the replay gives them (:meth:`HintPolicy.know_device`), none when not given;
+    ``observe_ahead``: :meth:`HintPolicy.observe` runs on every batch before the first is assigned (as far ahead
+    as it can be), its results handed to assign."""
     pol = policy_cls(n_classes, params, seed=seed, tier=tier)
     if device is not None:
         pol.know_device(device)
@@ -71,10 +75,12 @@ def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *,
         pol.prepare(future)
     lut = action_table(tier)
     out = [np.zeros(0, np.int16)]
-    for b in batches:
-        act, tidx = select(lut, b["op"], b["tier"])
-        writes = tidx[act[tidx] == A_WRITE]
-        cls = pol.assign(b, act, writes)
+    selected = ((b, *select(lut, b["op"], b["tier"])) for b in batches)
+    steps = ((b, act, tidx[act[tidx] == A_WRITE]) for b, act, tidx in selected)
+    if observe_ahead:
+        steps = [(b, act, writes, pol.observe(b, act, writes)) for b, act, writes in list(steps)]
+    for b, act, writes, *seen in steps:
+        cls = pol.assign(b, act, writes, *seen)
         if not (isinstance(cls, np.ndarray) and cls.dtype == np.int16 and cls.shape == (len(writes),)):
             raise OnlineCheckFailed(f"{policy_cls.__name__}.assign: expected int16[{len(writes)}] (one class per "
                                     f"write), got {getattr(cls, 'dtype', type(cls))}{getattr(cls, 'shape', '')}")
@@ -145,5 +151,11 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
                                 f"{prefix[i]} when the trace ends after {cut:.0%} of its events")
     if not np.array_equal(whole, classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)):
         raise OnlineCheckFailed(f"{name}: two runs with seed {seed} give different classes")
+    if policy_cls.observes():  # the replay runs observe ahead of assign, in another thread
+        ahead = classes_of(policy_cls, _batches(batch, batch_rows[1]), observe_ahead=True, **kw)
+        if not np.array_equal(whole, ahead):
+            i = int(np.flatnonzero(whole != ahead)[0]) if len(whole) == len(ahead) else min(len(whole), len(ahead))
+            raise OnlineCheckFailed(f"{name}: classes change when observe runs ahead of assign (write {i}, every "
+                                    f"batch observed first): observe must touch nothing _assign reads or writes")
     return OnlineReport(getattr(policy_cls, "name", name), str(path), len(whole), len(prefix),
                         int(len(np.unique(whole))), n_classes)

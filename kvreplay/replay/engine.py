@@ -267,7 +267,7 @@ class Replay:
 
     def _run(self, compiling: Any) -> dict[str, Any]:
         wall0 = time.perf_counter()
-        stages = ("read_wait", "select", "observe", "hints", "layout", "device", "record")
+        stages = ("read_wait", "select", "observe", "hints", "classes_wait", "layout", "device", "record")
         self.stage_s = {k: 0.0 for k in stages}  # wall seconds, each written by one thread (produce.py)
         self.prepare()
         rp = self.cfg.replay

@@ -29,6 +29,9 @@ def prefetched(it: Iterator[T], depth: int = 2) -> Iterator[T]:
                     except queue.Full:
                         continue
                 if stop.is_set():
+                    close = getattr(it, "close", None)
+                    if close is not None:  # a generator's own clean-up (a prefetched one inside it stops too)
+                        close()
                     return
             q.put((True, _END))
         except BaseException as exc:  # re-raised in the consumer

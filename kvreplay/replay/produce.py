@@ -112,9 +112,12 @@ class Producer:
         def mark(row: int, ts: int) -> Mark:
             return Mark(row, ts, self.layout.stats(), class_writes.copy(), class_bytes.copy(), action_counts.copy())
 
-        # three threads besides the consumer's, each a batch or two ahead of the next: reading (and the policy's
-        # observe), classifying, the layout; results do not depend on it (the policy sees batches in order). Each
-        # stage time is written by one thread only
+        # three threads besides the consumer's, each up to three batches ahead of the next: reading (and the
+        # policy's observe), classifying, the layout; results do not depend on it (the policy sees batches in
+        # order). Each stage time is written by one thread only: read_wait is the classifying thread waiting for
+        # the reading one, classes_wait the layout waiting for classes
+        observes = self.policy.observes()
+
         def observed() -> Iterator[tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]]:
             for batch in self.batches:
                 t1 = clock()
@@ -122,7 +125,7 @@ class Producer:
                 w_idx = tidx[act[tidx] == A_WRITE]
                 t2 = clock()
                 tm["select"] += t2 - t1
-                seen = self.policy.observe(batch, act, w_idx)
+                seen = self.policy.observe(batch, act, w_idx) if observes else None
                 tm["observe"] += clock() - t2
                 yield batch, act, tidx, w_idx, seen
 
@@ -131,18 +134,23 @@ class Producer:
             for batch, act, tidx, w_idx, seen in prefetched(observed()):
                 t1 = clock()
                 tm["read_wait"] += t1 - t
-                cls = self.policy.assign(batch, act, w_idx, seen)
+                # a plugin may override assign with the three arguments it had before observe existed
+                cls = self.policy.assign(batch, act, w_idx, seen) if observes else self.policy.assign(batch, act,
+                                                                                                        w_idx)
                 tm["hints"] += clock() - t1
                 if len(cls) and (cls.min() < 0 or cls.max() >= n_classes):
                     raise RuntimeError(f"hint policy {self.policy.name} returned a class outside [0, {n_classes})")
                 yield batch, act, tidx, cls
                 t = clock()
 
+        t = clock()
         for batch, act, tidx, cls in prefetched(classified()):
+            tm["classes_wait"] += clock() - t
             n = batch.n
             if len(tidx) == 0:
                 row0 += n
                 yield mark(row0, int(batch["ts_ns"][-1]))
+                t = clock()
                 continue
             ev_act = act[tidx]
             ev_obj = batch["obj_id"][tidx]
@@ -191,6 +199,7 @@ class Producer:
                     yield mark(row0 + int(tidx[start]), int(ev_ts[start - 1]))
             row0 += n
             yield mark(row0, int(batch["ts_ns"][-1]))
+            t = clock()
 
 
     def _reads_at_request_start(self, ev_arr: np.ndarray, ev_act: np.ndarray, req: np.ndarray,

@@ -105,8 +105,9 @@ def _guarded(path, device=None, **params):
 
 def test_guarded_it_abstains_until_its_classes_order_the_lifetimes_seen_to_die(lifetimes_trace):
     """test=lifetime. The two-lifetime trace: by its end 1,253 copies have died, nearly all short-lived ones (the
-    long-lived mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.372
-    only (0.374 with the earlier default of 20 trees at 0.1: the deaths' classes moved a little). Under a bar of 0.8 the guard never follows: every write gets class 0, as no hints.
+    long-lived mostly outlive the trace), so the class-lifetime correlation of the deaths on record reaches 0.3715
+    only (0.3739 with the earlier default of 20 trees at 0.1: the deaths' classes moved a little). Under a bar of
+    0.8 the guard never follows: every write gets class 0, as no hints.
     With a bar of 0.3 (deciding every 256 deaths, following after one separated decision) it follows from a
     decision on: from then on the classes are exactly the unguarded ones; before, class 0."""
     path = lifetimes_trace(3000)

@@ -155,6 +155,53 @@ class _OutOfRange(HintPolicy):
         return np.full(len(writes), self.n_classes, np.int16)
 
 
+class _SharesObserveState(HintPolicy):
+    """Counts the writes in observe and reads the count in _assign: right when each batch is observed just before
+    it is assigned, wrong once observe runs ahead (the replay's reading thread)."""
+
+    knows = "the number of writes so far"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.count = 0
+
+    def observe(self, batch, actions, writes):
+        self.count += len(writes)
+        return len(writes)
+
+    def _assign(self, batch, actions, writes, seen=None):
+        first = self.count - seen  # writes before this batch, if observe saw nothing after it
+        return np.minimum((first + np.arange(len(writes))) // 500, self.n_classes - 1).astype(np.int16)
+
+
+class _OldAssign(HintPolicy):
+    """A plugin written before observe existed, overriding assign with three arguments."""
+
+    knows = "nothing"
+
+    def _assign(self, batch, actions, writes):
+        return np.zeros(len(writes), np.int16)
+
+    def assign(self, batch, actions, writes):
+        return super().assign(batch, actions, writes)
+
+
+def test_check_online_catches_observe_sharing_state_with_assign(trace):
+    with pytest.raises(OnlineCheckFailed, match="observe runs ahead of assign"):
+        check_online(_SharesObserveState, trace)
+    assert len(np.unique(classes_of(_SharesObserveState, S.TraceReader(trace).iter_batches()))) > 1
+
+
+def test_a_plugin_with_the_old_three_argument_assign_still_replays(trace, tmp_path):
+    from kvreplay.replay.engine import Replay, build_config
+
+    cfg = build_config(str(trace), "fdp", "none", [])
+    r = Replay(cfg)
+    r.prepare = (lambda orig: lambda: (orig(), setattr(r, "policy", _OldAssign(r.n_classes))))(r.prepare)
+    job = r.run()["result"]["jobs"][0]
+    assert sum(c["writes"] for c in job["per_class"]) == job["per_class"][0]["writes"] > 1000
+
+
 def test_check_online_catches_look_ahead_out_of_range_and_the_oracle(trace):
     with pytest.raises(OnlineCheckFailed, match="batch boundaries|not causal"):
         check_online(_LooksAhead, trace)

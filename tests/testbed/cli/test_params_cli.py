@@ -206,3 +206,14 @@ def test_a_bad_guard_parameter_is_one_line_and_leaves_no_run(tmp_path, pair, fra
     trace = T.write(tmp_path / "p.parquet", T.POWER, nbytes=T.POWER_BYTES)
     one_line_error(kvbed("replay", trace, "--hints", "readmission", "--param", pair, "-o", tmp_path / "o"), fragment)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value, fragment", [("0", "--param learning_rate=0.0: must be in (0, 1]"),
+                                             ("1.5", "--param learning_rate=1.5: must be in (0, 1]"),
+                                             ("nan", "learning_rate: expected a number, got 'nan'")])
+def test_a_bad_learning_rate_is_one_line_and_leaves_no_run(tmp_path, value, fragment):
+    pytest.importorskip("sklearn")
+    trace = T.write(tmp_path / "p.parquet", T.POWER, nbytes=T.POWER_BYTES)
+    one_line_error(kvbed("replay", trace, "--hints", "learned", "--param", f"learning_rate={value}", "-o",
+                         tmp_path / "o"), fragment)
+    assert not (tmp_path / "o").exists()
