@@ -17,8 +17,8 @@ writes, counted in trace order, on the older half of the last ``train_window`` w
 them, by an even stride; half of all writes so far while there are fewer), the first fits at 1024, 2048,
 4096... writes: a copy that has died teaches its lifetime, a copy still alive its age so far (a lower bound:
 right-censored, and long-lived anyway). Predictions become classes by the quantiles of the model's own
-predictions on its training rows (so every placement id gets a share, as ``predicted``). Until the first fit (1024 writes and ``fit_min_deaths``
-deaths), every write goes to class 0 (it knows nothing yet).
+predictions on its training rows (so every placement id gets a share, as ``predicted``). Until the first fit
+(1024 writes and ``fit_min_deaths`` deaths), every write goes to class 0 (it knows nothing yet).
 
 Classes depend only on events up to the write and never on batch boundaries: the rows do not depend on the
 model, and each refit happens at a fixed write count with the deaths stamped before it.
