@@ -78,7 +78,7 @@ def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *,
     selected = ((b, *select(lut, b["op"], b["tier"])) for b in batches)
     steps = ((b, act, tidx[act[tidx] == A_WRITE]) for b, act, tidx in selected)
     if observe_ahead:
-        steps = [(b, act, writes, pol.observe(b, act, writes)) for b, act, writes in list(steps)]
+        steps = [(b, act, writes, pol.observe(b, act, writes)) for b, act, writes in steps]
     for b, act, writes, *seen in steps:
         cls = pol.assign(b, act, writes, *seen)
         if not (isinstance(cls, np.ndarray) and cls.dtype == np.int16 and cls.shape == (len(writes),)):
@@ -108,6 +108,11 @@ def demo_trace(directory: Path, duration_s: float = 240.0) -> Path:
         tier = dataclasses.replace(SYNTH_TIER_DEFAULTS, ssd_bytes=SYNTH_TIER_DEFAULTS.ssd_bytes // 64)
         synth_trace(SynthParams(duration_s=duration_s), tier, out)
     return out
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
+    """The first write whose classes differ (the shorter length when the lengths differ)."""
+    return int(np.flatnonzero(a != b)[0]) if len(a) == len(b) else min(len(a), len(b))
 
 
 def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, *, n_classes: int = 4,
@@ -142,7 +147,7 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
     if len(whole) == 0:
         raise OnlineCheckFailed(f"{path}: no writes on tier {S.TIERS[tier]}: nothing to check")
     if not np.array_equal(whole, again):
-        i = int(np.flatnonzero(whole != again)[0]) if len(whole) == len(again) else min(len(whole), len(again))
+        i = _first_difference(whole, again)
         raise OnlineCheckFailed(f"{name}: classes depend on batch boundaries (write {i}: {batch_rows[0]}-row "
                                 f"batches vs {batch_rows[1]}-row batches)")
     if not np.array_equal(whole[: len(prefix)], prefix):
@@ -154,7 +159,7 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
     if policy_cls.observes():  # the replay runs observe ahead of assign, in another thread
         ahead = classes_of(policy_cls, _batches(batch, batch_rows[1]), observe_ahead=True, **kw)
         if not np.array_equal(whole, ahead):
-            i = int(np.flatnonzero(whole != ahead)[0]) if len(whole) == len(ahead) else min(len(whole), len(ahead))
+            i = _first_difference(whole, ahead)
             raise OnlineCheckFailed(f"{name}: classes change when observe runs ahead of assign (write {i}, every "
                                     f"batch observed first): observe must touch nothing _assign reads or writes")
     return OnlineReport(getattr(policy_cls, "name", name), str(path), len(whole), len(prefix),
