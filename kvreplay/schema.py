@@ -422,8 +422,11 @@ class TraceReader:
             return idx.astype(dt)  # a copy: callers get writable arrays
         return mapping[idx]
 
-    def iter_batches(self, columns: list[str] | tuple[str, ...] | None = None) -> Iterator[EventBatch]:
-        """Yield one EventBatch per row group (bounded memory)."""
+    def iter_batches(self, columns: list[str] | tuple[str, ...] | None = None,
+                     max_rows: int | None = None) -> Iterator[EventBatch]:
+        """Yield one EventBatch per row group (bounded memory), or with ``max_rows`` consecutive slices of each
+        row group of at most that many rows (views of the decoded group): a pipeline of threads overlaps its
+        stages better on smaller batches (a kvbed trace's row groups hold 1M rows)."""
         cols = list(columns or COLUMN_NAMES)
         coded = [name for name in cols if name in ENUM_COLUMNS or name in STRING_COLUMNS]
         stored = [name for name in cols if name not in self.absent]
@@ -456,8 +459,13 @@ class TraceReader:
                         raise KvbedError(f"row {row0 + int(np.flatnonzero(nulls)[0])}: {name} is null",
                                          where=str(self.path))
                     out[name] = column_to_numpy(chunked, COLUMNS[name][1])
-            row0 += self._pf.metadata.row_group(rg).num_rows
-            yield out
+            n = self._pf.metadata.row_group(rg).num_rows
+            row0 += n
+            if max_rows is None or n <= max_rows:
+                yield out
+                continue
+            for a in range(0, n, max_rows):
+                yield out.take(slice(a, a + max_rows))
 
     def read_all(self, columns: list[str] | tuple[str, ...] | None = None) -> EventBatch:
         return EventBatch.concat(list(self.iter_batches(columns)))

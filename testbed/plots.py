@@ -37,6 +37,8 @@ WAF_LABEL = "WAF (flash bytes / written bytes, ratio)"
 #: where the axes of a one-run plot (7 x 4 in) sit, figure fractions: room above for a two-line title and below for a
 #: log axis' tick labels (10^k, taller than plain numbers) and the axis label
 RUN_LAYOUT = {"top": 0.86, "bottom": 0.14, "right": 0.95}
+#: one plot of a run: where it goes and what draws it there
+PlotJob = tuple[Path, Callable[[Path], None]]
 #: line styles and widths in drawing order: each later series thinner and differently dashed, so a series
 #: equal to an earlier one shows on top of it instead of hiding under it
 SERIES_STYLES = (("-", 3.2), ("--", 2.4), (":", 2.0), ("-.", 1.4), ((0, (5, 1, 1, 1)), 1.1), ((0, (1, 2)), 1.0))
@@ -258,11 +260,11 @@ def plot_tiers_waf(run: Run, path: Path) -> None:
     _save(tiers_waf_figure(run), path, laid_out=True)
 
 
-def make_tier_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
+def _tier_plot_jobs(run: Run) -> list[PlotJob]:
     """A multi-tier run: WAF per tier, each tier's load latency CDF, and the TTFT CDF of each on-hit mode."""
     tiers = [j["tier"] for j in run.result["jobs"]]
     modes = list((run.result.get("requests") or {}).get("modes") or {})
-    return _draw(should_stop, [
+    return [
         (run.path / "waf.png", lambda p: plot_tiers_waf(run, p)),
         (run.path / "latency_cdf.png", lambda p: _cdf_plot(
             run, [(f"{t}.object_read", f"{t} object load") for t in tiers], p, "KV object load latency (ms, log)",
@@ -270,10 +272,10 @@ def make_tier_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) -
         (run.path / "ttft_cdf.png", lambda p: _cdf_plot(
             run, [(f"ttft.{m}", f"TTFT, on hit: {m}") for m in modes], p, "TTFT estimate (ms, log)",
             "TTFT CDF: load vs recompute vs best on a lower-tier hit", "fraction of requests (0-1)")),
-    ])
+    ]
 
 
-def _draw(should_stop: Callable[[], bool], todo: list[tuple[Path, Callable[[Path], None]]]) -> list[Path]:
+def draw_jobs(todo: list[PlotJob], should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
     """Draw each plot whole, stopping before the next one once ``should_stop`` says so (Ctrl-C)."""
     done = []
     for path, draw in todo:
@@ -365,8 +367,13 @@ def make_run_plots(run_dir: str | os.PathLike, label: str | None = None,
 def draw_run_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) -> list[Path]:
     """The plots of one run into ``run.path``, from the run's contents as its files hold them (a replay passes
     the tables it has just written, so nothing is read back)."""
+    return draw_jobs(run_plot_jobs(run), should_stop)
+
+
+def run_plot_jobs(run: Run) -> list[PlotJob]:
+    """The plots a run gets, in drawing order: (path, draw), each drawn by ``draw(path)``."""
     if "requests" in run.result:
-        return make_tier_plots(run, should_stop)
+        return _tier_plot_jobs(run)
     todo = [(run.path / "waf.png", lambda p: plot_waf(run, p)),
             (run.path / "latency_cdf.png", lambda p: plot_latency_cdf(run, p)),
             (run.path / "ruh_bytes.png", lambda p: plot_ruh_bytes(run, p))]
@@ -374,7 +381,7 @@ def draw_run_plots(run: Run, should_stop: Callable[[], bool] = lambda: False) ->
         todo.append((run.path / "faults.png", lambda p: plot_fault_outcomes(run, p)))
     if (run.job.get("hint_policy") or {}).get("lab"):
         todo.append((run.path / "hint_lab.png", lambda p: plot_hint_lab(run, p)))
-    return _draw(should_stop, todo)
+    return todo
 
 
 def hint_lab_figure(run: Run) -> Figure:

@@ -369,19 +369,25 @@ class BackgroundImport:
     def _run(self) -> None:
         try:
             require_sklearn(self.what)
-            import threadpoolctl  # noqa: F401
+            from threadpoolctl import ThreadpoolController
+
+            # the thread pools of the libraries loaded now (scikit-learn's OpenMP): found once, here, since finding
+            # them (walking every loaded library) costs ~5 ms, which limiting them once per batch paid each time
+            self.pools = ThreadpoolController()
         except BaseException as exc:  # re-raised by get(), in the policy's thread
             self.error = exc
 
-    def get(self) -> None:
+    def get(self):
+        """The ThreadpoolController of the loaded libraries, once scikit-learn is imported."""
         self.thread.join()
         if self.error is not None:
             raise self.error
+        return self.pools
 
 
 class _Ready:
     """scikit-learn ready for one batch's fits and predictions, set up when the first of them needs it: the
-    background import joined, OpenMP limited to one thread (once per batch: setting it costs ~5 ms)."""
+    background import joined, OpenMP limited to one thread (and restored after the batch)."""
 
     def __init__(self, imported: BackgroundImport):
         self.imported = imported
@@ -389,8 +395,7 @@ class _Ready:
 
     def __call__(self) -> None:
         if self.limit is None:
-            self.imported.get()
-            self.limit = _one_thread()
+            self.limit = _one_thread(self.imported.get())
 
     def __enter__(self):
         return self
@@ -414,12 +419,10 @@ class LearnedParams(SurvivalGuardParams):
                                       "only the ranking of predictions matters, so fewer trees take more each)")
 
 
-def _one_thread():
+def _one_thread(pools):
     """Fits and predictions on one OpenMP thread: the models are small, and on a shared machine the threads'
     spinning cost ten times the work (Mooncake: 73 s of fits on 2 threads at load 9.6, 6 s on one)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="openmp")
+    return pools.limit(limits=1, user_api="openmp")
 
 
 LEAVES = 15  # leaves per tree (scikit-learn's default 31 doubles the cost of a fit for no WAF gain on Mooncake)

@@ -15,9 +15,10 @@ fails part-way raises :class:`~kvreplay.replay.target.TargetFailed`: the run rec
 completed and returns a result marked incomplete, with the one-line error.
 
 Timing: an op arrives at its event's trace time (relative to the first event) divided by ``time_scale``;
-with ``as_fast_as_possible`` the trace clock is ignored and ``queue_depth`` ops are kept in flight (each
-new op takes the slot of the earliest completion). Results are a pure function of the trace, the config
-and the seed: no wall-clock value enters result.json. Wall-clock figures (runtime.json) keep numba's
+with ``as_fast_as_possible`` the trace clock is ignored and ``queue_depth`` ops are kept in flight (the
+run's ops in groups of ``queue_depth``, each op taking a slot the group before freed, the earliest first).
+Results are a pure function of the trace's events, the config and the seed (not of how the trace file is
+cut into row groups): no wall-clock value enters result.json. Wall-clock figures (runtime.json) keep numba's
 compile and cache-load time apart from the replay's own speed.
 """
 
@@ -43,7 +44,7 @@ from kvreplay.replay import record as R
 from kvreplay.replay import result as out
 from kvreplay.replay.config import RunConfig, build_config, size_run, tier_policy, trace_fingerprint
 from kvreplay.replay.produce import Mark, Producer
-from kvreplay.replay.prefetch import prefetched
+from kvreplay.replay.prefetch import BATCH_ROWS, prefetched
 from kvreplay.replay.scan import SCAN_COLUMNS, ScanResult, scan_trace
 from kvreplay.replay.sizing import page_bytes_of
 from kvreplay.replay.target import Target, TargetFailed
@@ -207,9 +208,9 @@ class Replay:
 
     def producer(self) -> Producer:
         """The trace -> ops side of this run (after :meth:`prepare`); any target can consume it."""
-        return Producer(self.reader.iter_batches(self.columns()), self.cfg.replay.tier_code, self.policy,
-                        self.layout, self.pid_of_class, self.page_bytes, self.t0, self.cfg.replay.time_scale,
-                        self.window_ns, self.scan.max_object_pages, self.cfg.trace, self.stage_s,
+        return Producer(self.reader.iter_batches(self.columns(), BATCH_ROWS), self.cfg.replay.tier_code,
+                        self.policy, self.layout, self.pid_of_class, self.page_bytes, self.t0,
+                        self.cfg.replay.time_scale, self.window_ns, self.scan.max_object_pages, self.cfg.trace, self.stage_s,
                         req_start=self.req_start, header_bytes=self.header_bytes)
 
     # -------------------------------------------------------------------------------- submission
@@ -228,15 +229,20 @@ class Replay:
                 if part is None:
                     raise
                 raise _Stopped(exc, len(part), part) from None
-        # closed loop: each op takes the slot that frees first, never before the previous op's arrival
+        # closed loop over the whole run in consecutive groups of queue_depth ops: op j of a group arrives when the
+        # j-th slot the previous group freed frees (the earliest first), never before the op before it. The groups
+        # run across segments, so the arrivals do not depend on where batches, windows or op buffers end (a group
+        # cut at each segment made them depend on the trace file's row groups)
         n = len(ops["op"])
         done = np.empty(n, np.int64)
         arr = np.empty(n, np.int64)
         qd = rp.queue_depth
-        for a in range(0, n, qd):
-            b = min(n, a + qd)
-            k = b - a
-            part_arr = np.maximum.accumulate(np.maximum(self._slots[:k], self._last_arrival))
+        a = 0
+        while a < n:
+            j = self._group_pos
+            k = min(n - a, qd - j)
+            b = a + k
+            part_arr = np.maximum.accumulate(np.maximum(self._slots[j:j + k], self._last_arrival))
             part = {"op": ops["op"][a:b], "lba": ops["lba"][a:b], "npages": ops["npages"][a:b],
                     "pid": ops["pid"][a:b], "arrival_ns": part_arr}
             try:
@@ -253,7 +259,12 @@ class Replay:
             done[a:b] = d
             arr[a:b] = part_arr
             self._last_arrival = int(part_arr[-1])
-            self._slots = np.sort(np.concatenate((self._slots[k:], d)))
+            self._group_done[j:j + k] = d
+            self._group_pos = j + k
+            if self._group_pos == qd:
+                self._slots = np.sort(self._group_done)
+                self._group_pos = 0
+            a = b
         ops["arrival_ns"] = arr
         return done
 
@@ -271,7 +282,9 @@ class Replay:
         self.stage_s = {k: 0.0 for k in stages}  # wall seconds, each written by one thread (produce.py)
         self.prepare()
         rp = self.cfg.replay
-        self._slots = np.zeros(rp.queue_depth, np.int64)
+        self._slots = np.zeros(rp.queue_depth, np.int64)  # --as-fast-as-possible: when each slot frees (sorted)
+        self._group_done = np.zeros(rp.queue_depth, np.int64)  # completions of the current group's ops so far
+        self._group_pos = 0  # ops of the current group submitted
         self._last_arrival = 0
         self.H, W = R.new_hists()
         self.sat = SAT.new_state()  # busy/backlogged time from arrivals and completions (job "saturation")

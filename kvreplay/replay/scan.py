@@ -26,7 +26,7 @@ from devicemodels.jit import njit
 from kvreplay import schema as S
 from kvreplay.hints.base import Future
 from kvreplay.layout.actions import A_DROP, A_FREE, A_READ, A_WRITE, action_table, pages_of, select
-from kvreplay.replay.prefetch import prefetched
+from kvreplay.replay.prefetch import BATCH_ROWS, prefetched
 from kvreplay.layout.objtable import ObjTable, ot_find, ot_full, ot_insert, ot_remove
 from kvreplay.validate import RowCheck
 
@@ -215,9 +215,9 @@ def scan_trace(reader: S.TraceReader, tier: int, page_bytes: int, *, record_futu
     cfg = ScanConfig(record=record_future, clock_bytes=clock == "bytes", t_first=0)  # t_first: set below
     first = True
     if check is not None:
-        batches = check.checked(reader.iter_batches(tuple(dict.fromkeys(SCAN_COLUMNS + check.columns))))
+        batches = check.checked(reader.iter_batches(tuple(dict.fromkeys(SCAN_COLUMNS + check.columns)), BATCH_ROWS))
     else:
-        batches = reader.iter_batches(SCAN_COLUMNS)
+        batches = reader.iter_batches(SCAN_COLUMNS, BATCH_ROWS)
     for b in prefetched(batches):
         n = b.n
         if n == 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -29,14 +30,13 @@ import click
 from kvreplay.replay.params import ReplayParams
 from testbed.cli.options import field_option, param_option
 from testbed.cli.registry_help import LazyChoice, LazyHelpOption, names, pairs
+from testbed.plot_helper import draw_plots, plot_helper
 from kvbed.core.errors import Interrupted, KvbedError
 from testbed.interrupt import interruptible
 
 if TYPE_CHECKING:  # rich, the plots and the run files are imported where they are used (a replay's start-up)
     from rich.console import Console
     from rich.progress import Progress
-
-    from testbed.results import Run
 
 
 def _console(err: bool = False) -> Console:
@@ -238,7 +238,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
             cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
     out = check_out_dir(out or default_run_dir(cfg, on_vm=on_vm))
 
-    with interruptible() as intr:
+    with plot_helper(not no_plots) as helper, interruptible() as intr:
         intr.enter("replay")
         with _progress(not quiet) as prog:
             if on_vm:
@@ -249,7 +249,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
                 parts = replay_vm(cfg, progress=prog, should_stop=intr, log=log)
             else:
                 parts = Replay(cfg, progress=prog, should_stop=intr).run()
-        run_dir = write_run(out, parts, plots=None if no_plots else _plots, interrupt=intr)
+        run_dir = write_run(out, parts, plots=None if no_plots else partial(draw_plots, helper), interrupt=intr)
     job = parts["result"]["jobs"][0]
     if as_json:
         click.echo(json.dumps(_summary(job, parts), indent=2, default=str))
@@ -299,11 +299,11 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         cfg = build_multitier_config(trace, names, parse_tier_map(tier_devices, "--tier-device", names), hint_map,
                                      list(params), {**given, "on_hit": on_hit})
     out = check_out_dir(out or default_run_dir(cfg))
-    with interruptible() as intr:
+    with plot_helper(not no_plots) as helper, interruptible() as intr:
         intr.enter("replay")
         with _progress(not quiet) as prog:
             parts = MultiTierReplay(cfg, progress=prog, should_stop=intr).run()
-        run_dir = write_run(out, parts, plots=None if no_plots else _plots, interrupt=intr)
+        run_dir = write_run(out, parts, plots=None if no_plots else partial(draw_plots, helper), interrupt=intr)
     res = parts["result"]
     if as_json:
         click.echo(json.dumps(_tiers_summary(parts), indent=2, default=str))
@@ -316,12 +316,6 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         raise Interrupted(_interrupted_text(res, run_dir))
     if res["incomplete"]:
         click.echo(f"kvbed: partial result in {run_dir}", err=True)
-
-
-def _plots(run: Run, should_stop: Callable[[], bool]) -> None:
-    from testbed.plots import draw_run_plots
-
-    draw_run_plots(run, should_stop)
 
 
 def _interrupted_text(res: dict[str, Any], run_dir: Path) -> str:

@@ -254,6 +254,30 @@ def test_as_fast_as_possible_keeps_queue_depth_in_flight(trace):
     assert parts["result"]["sizing"]["parallelism"]["mode"] == "given"  # no trace rate to size for
 
 
+@pytest.mark.parametrize("hints, extra", [("none", {"as_fast_as_possible": True}), ("oracle", {}),
+                                          ("learned", {"as_fast_as_possible": True})])
+def test_results_do_not_depend_on_how_the_trace_file_is_cut(tmp_path, monkeypatch, hints, extra):
+    """The same events in 4096-row and 1000-row row groups, replayed in 777-row batches too: the same result.
+    Closed-loop (--as-fast-as-possible) groups of queue_depth ops used to restart at every segment, so the
+    arrivals moved with the file's row groups."""
+    from kvreplay.replay import engine, scan
+
+    a = two_lifetimes(tmp_path / "a.parquet", n_objects=2000)
+    b = two_lifetimes(tmp_path / "b.parquet", n_objects=2000, row_group_rows=1000)
+    assert pq.ParquetFile(a).num_row_groups != pq.ParquetFile(b).num_row_groups
+
+    def jobs(path):
+        cfg = build_config(path, "fdp", hints, ["queue_depth=5", "retrain_writes=512"] if hints == "learned"
+                           else ["queue_depth=5"], dict(extra))
+        return Replay(cfg).run()["result"]["jobs"]
+
+    want = jobs(a)
+    assert jobs(b) == want
+    monkeypatch.setattr(engine, "BATCH_ROWS", 777)
+    monkeypatch.setattr(scan, "BATCH_ROWS", 777)
+    assert jobs(a) == want
+
+
 def test_time_scale_stretches_arrivals(trace):
     fixed = ["channels=8", "dies_per_channel=8"]
     p1, arr1, _ = _recorded(build_config(trace, "fdp", "none", fixed))

@@ -1,5 +1,6 @@
 """Ctrl-C at a controlled moment: ``kvbed`` in a subprocess whose chosen function, on its n-th call, sends
-the process a real SIGINT (what a terminal's Ctrl-C delivers) before or after doing its work."""
+a real SIGINT to the process group (as a terminal's Ctrl-C does: a replay's plot helper gets it too) before or
+after doing its work."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ calls = [0]
 def patched(*a, **k):
     calls[0] += 1
     if when == "before" and calls[0] == nth:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.killpg(0, signal.SIGINT)
     out = orig(*a, **k)
     if when in ("after", "twice") and calls[0] == nth:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.killpg(0, signal.SIGINT)
         if when == "twice":  # the user presses Ctrl-C again once the first one was taken
             for _ in range(10_000):
                 pass
-            os.kill(os.getpid(), signal.SIGINT)
+            os.killpg(0, signal.SIGINT)
     return out
 
 setattr(mod, attr, patched)
@@ -43,7 +44,8 @@ def kvbed_interrupted(target: str, *args, nth: int = 1, when: str = "after", cwd
     mod, attr = target.split(":")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-c", _WRAPPER, mod, attr, str(nth), when, *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd or ROOT, timeout=timeout)
+                          capture_output=True, text=True, env=env, cwd=cwd or ROOT, timeout=timeout,
+                          start_new_session=True)  # its own process group, which the SIGINT reaches
 
 
 def one_interrupted_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -226,3 +226,32 @@ def test_a_replay_gives_the_classes_of_the_policy_run_batch_by_batch(lifetimes_t
     want = np.bincount(classes_of(LearnedHints, S.TraceReader(path).iter_batches(), n_classes=n,
                                   params=LearnedParams(abstain=False)), minlength=n)
     assert [c["writes"] for c in job["per_class"]] == want.tolist() and (want > 0).sum() > 2
+
+
+def test_fits_and_predictions_run_on_one_openmp_thread_and_the_limit_is_restored(lifetimes_trace, monkeypatch):
+    """Each batch's fits and predictions see OpenMP limited to one thread (on a shared machine more threads spin
+    for nothing); between batches the process's own setting holds again."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_info
+
+    def openmp_threads():
+        return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"}
+
+    seen = {"fit": set(), "predict": set()}
+    fit, predict = HistGradientBoostingRegressor.fit, HistGradientBoostingRegressor.predict
+
+    def spy_fit(self, *a, **k):
+        seen["fit"] |= openmp_threads()
+        return fit(self, *a, **k)
+
+    def spy_predict(self, *a, **k):
+        seen["predict"] |= openmp_threads()
+        return predict(self, *a, **k)
+
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", spy_fit)
+    monkeypatch.setattr(HistGradientBoostingRegressor, "predict", spy_predict)
+    before = openmp_threads()
+    cls, info = _guarded(lifetimes_trace(3000), abstain=False, retrain_writes=1024)
+    assert info["fits"] >= 2 and before  # scikit-learn's OpenMP is loaded, and the policy did fit
+    assert seen == {"fit": {1}, "predict": {1}}
+    assert openmp_threads() == before

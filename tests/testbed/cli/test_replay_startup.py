@@ -55,11 +55,35 @@ def test_the_probe_sees_an_unwanted_import():
 
 
 def test_a_whole_replay_with_plots_never_imports_pandas(tmp_path):
+    """Nor does its plot helper (testbed.plot_helper), which draws the plots: the replay process itself never
+    imports matplotlib, and without a helper it draws them itself, still without pandas."""
     trace = two_lifetimes(tmp_path / "t.parquet", n_objects=400)
     out = tmp_path / "run"
     mods = _modules_after(f"from testbed.cli import main\nmain(['replay', {str(trace)!r}, '-o', {str(out)!r}])")
-    assert (out / "latency_cdf.png").exists() and "matplotlib" in mods  # it drew its plots
+    assert (out / "latency_cdf.png").exists() and "matplotlib" not in mods  # drawn by the helper
     assert _loaded(mods, NEVER_IN_A_REPLAY) == []
+    seen = tmp_path / "helper-modules"  # what each drawing process had loaded once it drew
+    seen.mkdir()
+    mods = _modules_after(f"""
+import json, os, sys
+import testbed.plots as P
+draw = P.draw_jobs
+def spy(*a, **k):
+    out = draw(*a, **k)
+    open(os.path.join({str(seen)!r}, str(os.getpid())), "w").write(json.dumps(sorted(sys.modules)))
+    return out
+P.draw_jobs = spy
+from testbed.cli import main
+main(['replay', {str(trace)!r}, '-o', {str(tmp_path / 'run2')!r}])""")
+    helpers = [json.loads(f.read_text()) for f in seen.iterdir()]
+    assert len(helpers) == 2  # the helper and the second process it forked, neither of them this one
+    for helper in helpers:
+        assert "matplotlib" in helper and "kvreplay.replay.engine" in helper
+        assert _loaded(helper, NEVER_IN_A_REPLAY) == [] == _loaded(mods, NEVER_IN_A_REPLAY)
+    no_helper = "import testbed.plot_helper as H\nH.PlotHelper.start = classmethod(lambda cls: None)\n"
+    mods = _modules_after(no_helper + f"from testbed.cli import main\n"
+                                      f"main(['replay', {str(trace)!r}, '-o', {str(tmp_path / 'run3')!r}])")
+    assert "matplotlib" in mods and _loaded(mods, NEVER_IN_A_REPLAY) == []  # drawn here, without pandas
 
 
 def test_replay_help_still_lists_every_param_key():
