@@ -54,7 +54,7 @@ class PlotHelper:
         ctx = multiprocessing.get_context("fork")
         here, there = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(there, here), name="kvbed-plots", daemon=True)
-        # SIGINT blocked across the fork: the child ignores it before it can arrive
+        # SIGINT blocked across the fork: the child installs its stop handler before one can arrive
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             proc.start()
