@@ -185,7 +185,9 @@ def ruh_bytes_figure(run: Run) -> Figure:
         _run_title(ax, "bytes written per placement class", run)
     ax.set_xticks(x, labels)
     ax.set_ylabel("bytes written (GiB)")
-    ax.legend(fontsize=8)
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, top * 1.15)  # room for the legend above the bars, which are often all alike in height
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     ax.grid(alpha=0.3, axis="y")
     return fig
 
