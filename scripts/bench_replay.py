@@ -133,6 +133,11 @@ def child(trace: str, device: str, hints: str, params: list[str]) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     parts = Replay(cfg).run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    warm = {}
+    if os.environ.get("KVBED_BENCH_WARM") == "1":  # a second replay in this process, as a study's worker's next
+        t1, c1 = time.perf_counter(), time.process_time()
+        Replay(build_config(trace, device, hints, params)).run()
+        warm = {"warm": {"wall_s": time.perf_counter() - t1, "cpu_s": time.process_time() - c1}}
     rows = parts["result"]["jobs"][0]["events"]["rows_replayed"]
     job = parts["result"]["jobs"][0]
     print(json.dumps({
@@ -141,14 +146,17 @@ def child(trace: str, device: str, hints: str, params: list[str]) -> None:
         "scan_s": parts["runtime"]["scan_s"], "stages": parts["runtime"]["replay_stage_s"],
         "peak_rss_bytes": peak_rss_bytes(),
         "waf": job["waf"], "device_pages": job["host_bytes_written"] // parts["result"]["sizing"]["page_bytes"],
-        "logical_bytes": parts["result"]["sizing"]["logical_bytes"],
+        "logical_bytes": parts["result"]["sizing"]["logical_bytes"], **warm,
     }))
 
 
-def run_child(trace: Path, device: str, hints: str, params: list[str], tree: Path = ROOT) -> dict:
+def run_child(trace: Path, device: str, hints: str, params: list[str], tree: Path = ROOT, *,
+              warm: bool = False) -> dict:
+    """One fresh process replaying ``trace``; ``warm``: it then replays it again, and the result's ``warm``
+    holds that second replay's wall and CPU seconds (libraries imported and kernels loaded by the first)."""
     cmd = [sys.executable, __file__, "--child", str(trace), device, hints, *params]
     t0 = time.perf_counter()
-    env = dict(os.environ, PYTHONPATH=str(tree), KVBED_BENCH_TREE=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), KVBED_BENCH_TREE=str(tree), KVBED_BENCH_WARM=str(int(warm)))
     if tree != ROOT:  # another tree keeps its kernels apart (an older tree prunes cache directories it does not know)
         env["NUMBA_CACHE_DIR"] = str(ROOT / ".cache" / "bench" / "numba-other-tree")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
