@@ -424,6 +424,19 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _device_size(sz: dict[str, Any]) -> str:
+    """The drive's size and how full it was at the peak; on a zoned drive the fill is of what its zones can hold
+    (zone capacity below zone size), which the logical size alone would overstate."""
+    from testbed.report import fmt_bytes
+
+    fill = f"{sz.get('fill_ratio_effective', 0):.3f}"
+    usable = sz.get("usable_pages", 0) * sz.get("page_bytes", 0)
+    if usable and usable != sz.get("logical_bytes"):
+        return (f"{fmt_bytes(sz.get('logical_bytes'))} logical, {fmt_bytes(usable)} writable in its zones "
+                f"({sz.get('mode')}, fill {fill} of the writable at peak)")
+    return f"{fmt_bytes(sz.get('logical_bytes'))} logical ({sz.get('mode')}, fill {fill} at peak)"
+
+
 def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run_dir: Path) -> None:
     from rich.table import Table
 
@@ -445,8 +458,8 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     if gs:
         t.add_row("writes that waited for GC", labels.stalled_writes(gs))
     if job.get("zone_resets"):
-        t.add_row("zone resets / host GC relocated", f"{job['zone_resets']} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
-    t.add_row("erases", str(job["erases"]))
+        t.add_row("zone resets / host GC relocated", f"{job['zone_resets']:,} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
+    t.add_row("erases", f"{job['erases']:,}")
     for name in ("object_read", "object_write", "read", "write"):
         e = job.get(name)
         if not e or not e["total_ios"]:
@@ -461,15 +474,16 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     if lay.get("forced_evictions"):
         t.add_row("forced evictions", f"{lay['forced_evictions']} ({lay['read_misses']} later reads missed)")
     sz = res.get("sizing") or {}
-    t.add_row("device", f"{fmt_bytes(sz.get('logical_bytes'))} logical ({sz.get('mode')}, fill "
-                        f"{sz.get('fill_ratio_effective', 0):.3f} at peak)")
+    t.add_row("device", _device_size(sz))
     for note in sz.get("notes", []):
         t.add_row("sizing note", f"[yellow]{note}[/yellow]")
     rt = parts["runtime"]
-    run_s = rt["wall_s"] - rt["jit_s"]
+    lab_s = rt.get("hint_lab_s", 0.0)
+    run_s = rt["wall_s"] - rt["jit_s"] - lab_s  # the time events_per_s divides by
     jit = f" + {rt['jit_s']:.1f} s compiling kernels" if rt["jit_s"] >= 0.05 else ""
+    lab = f" + {lab_s:.1f} s hint lab (its replays)" if "hint_lab_s" in rt else ""
     t.add_row("events", f"{job['events']['rows_replayed']:,} in {run_s:.1f} s ({rt['events_per_s'] or 0:,.0f} "
-                        f"events/s){jit}" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
+                        f"events/s){jit}{lab}" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
     vm = res.get("vm")
     if vm:
         tg, rv = res["target"], parts["runtime"].get("vm") or {}

@@ -108,6 +108,38 @@ def test_compile_time_is_reported_apart(trace, tmp_path):
     assert "compiling kernels" in line and f"{rt['jit_s']:.1f} s compiling" in line
 
 
+def _summary_row(output: str, name: str) -> str:
+    """The value cell of the summary table's row ``name`` (a wide terminal: one line per row)."""
+    cells = (ln.split("│") for ln in output.splitlines())
+    return next(c[2].strip() for c in cells if len(c) == 4 and c[1].strip() == name)
+
+
+def test_the_summary_gives_the_seconds_its_events_per_second_divide_by_and_the_hint_labs_apart(trace, tmp_path):
+    """With --hint-lab the run's wall time holds the lab's two extra replays; the events line divides by the
+    replay's own time (events_per_s) and says so by printing that time, the lab's after it."""
+    res = ok(kvbed("replay", trace, "--hints", "oracle", "--hint-lab", "--no-plots", "-o", tmp_path / "r",
+                   env={"COLUMNS": "250"}))
+    rt = json.loads((tmp_path / "r" / "runtime.json").read_text())
+    rows = result(tmp_path / "r")["jobs"][0]["events"]["rows_replayed"]
+    own_s = rt["wall_s"] - rt["jit_s"] - rt["hint_lab_s"]
+    assert rt["hint_lab_s"] > 0 and rt["events_per_s"] == pytest.approx(rows / own_s)
+    row = _summary_row(res.stdout, "events")
+    assert row.startswith(f"{rows:,} in {own_s:.1f} s ({rt['events_per_s']:,.0f} events/s)")
+    assert f"+ {rt['hint_lab_s']:.1f} s hint lab" in row
+
+
+def test_a_zoned_drives_fill_is_of_what_its_zones_can_hold(trace, tmp_path):
+    """ZNS zones hold less than their size (zone capacity): the summary's fill is peak live data over that
+    writable capacity, and it names the writable capacity beside the logical size."""
+    res = ok(kvbed("replay", trace, "--device", "zns", "--no-plots", "-o", tmp_path / "z", env={"COLUMNS": "250"}))
+    sz = result(tmp_path / "z")["sizing"]
+    writable = sz["usable_pages"] * sz["page_bytes"]
+    assert sz["zone_cap_bytes"] < sz["zone_bytes"] and writable < sz["logical_bytes"]
+    assert sz["fill_ratio_effective"] == pytest.approx(sz["peak_live_bytes_paged"] / writable)
+    row = _summary_row(res.stdout, "device")
+    assert "writable in its zones" in row and f"fill {sz['fill_ratio_effective']:.3f} of the writable at peak" in row
+
+
 def test_oracle_lowers_waf_on_fdp(trace, tmp_path):
     wafs = {}
     # type's own classes (unguarded) and with an abstain guard that may decide on this short trace's deaths
