@@ -398,12 +398,19 @@ def hint_lab_figure(run: Run) -> Figure:
     n = len(conf)
     a0.set_xticks(range(n))
     a0.set_yticks(range(n))
-    a0.set_xlabel("class the policy gave (0 = shortest predicted life)")
+    # a guarded policy (kvreplay/hints/abstain.py) gives class 0 to every write it abstains on, too
+    abst = (run.job.get("hint_policy") or {}).get("abstained_writes_share")
+    a0.set_xlabel("class the policy gave (0 = shortest predicted life,\nand every write abstained on"
+                  + ("" if abst is None else f": {100 * abst:.1f}% of writes") + ")")
     a0.set_ylabel("oracle class (0 = shortest true life)")
     acc = lab["accuracy"]
+    one = lab.get("accuracy_one_class")
+    if one is None and conf.sum():  # a result from before the reference was recorded: the same from the matrix
+        one = float(rows.max() / conf.sum())
     rho = lab["spearman"]
     a0.set_title(f"writes per oracle class, by the policy's class\naccuracy {100 * acc:.1f}% of writes, Spearman "
-                 f"{'-' if rho is None else f'{rho:+.2f}'}", fontsize=10)
+                 f"{'-' if rho is None else f'{rho:+.2f}'}\n(every write in the oracle's largest class: "
+                 f"{'-' if one is None else f'{100 * one:.1f}%'})", fontsize=10)
     fig.colorbar(im, ax=a0, label="share of the oracle class's writes (0-1)")
     w = lab["waf"]
     names = ["none", run.job.get("hints") or "policy", "oracle"]
@@ -420,7 +427,7 @@ def hint_lab_figure(run: Run) -> Figure:
     cap = (f"{100 * r:.0f}% of the oracle's cut captured ((none - policy) / (none - oracle))" if r is not None
            else f"share of the oracle's cut undefined: {lab.get('undefined_because', '')}")
     a1.set_title(f"end-to-end WAF on the same device\n{cap}", fontsize=9)
-    fig.suptitle(f"hint lab: the policy's classes against the oracle's - {run.label}", fontsize=11, y=1.04)
+    fig.suptitle(f"hint lab: the policy's classes against the oracle's - {run.label}", fontsize=11, y=1.08)
     return fig
 
 

@@ -188,17 +188,20 @@ def render_lab(rows: list[dict[str, Any]]) -> Table | None:
         return None
     t = Table(title="hint lab: each run's hints against the oracle's on the same trace and device",
               header_style="bold")
-    for name in ("run", "hints", "accuracy", "Spearman", "WAF none", "WAF hints", "WAF oracle", "oracle cut captured"):
+    for name in ("run", "hints", "accuracy", "one class", "Spearman", "WAF none", "WAF hints", "WAF oracle",
+                 "oracle cut captured"):
         t.add_column(name, justify="left" if name in ("run", "hints") else "right", no_wrap=True)
     for r in labbed:
         lab = r["hint_lab"]
         w = lab["waf"]
         cap = lab["oracle_waf_cut_captured_ratio"]
         rho = lab["spearman"]
+        one = lab.get("accuracy_one_class")  # runs before it was recorded have none
         t.add_row(Path(r["run"]).name, str(r["hints"]), f"{100 * lab['accuracy']:.1f}%",
-                  "-" if rho is None else f"{rho:+.3f}", _waf(w["none"]), _waf(w["policy"]), _waf(w["oracle"]),
+                  "-" if one is None else f"{100 * one:.1f}%", "-" if rho is None else f"{rho:+.3f}", _waf(w["none"]), _waf(w["policy"]), _waf(w["oracle"]),
                   "-" if cap is None else f"{100 * cap:.0f}%")
-    t.caption = ("accuracy: share of the tier's writes given the oracle's class; Spearman: rank correlation of the "
+    t.caption = ("accuracy: share of the tier's writes given the oracle's class; one class: the accuracy of giving "
+                 "every write the oracle's largest class; Spearman: rank correlation of the "
                  "class with the true remaining lifetime (- : one class); oracle cut captured: (WAF none - WAF "
                  "hints) / (WAF none - WAF oracle), end-to-end WAF (- : the oracle cuts nothing)")
     t.caption_justify = "left"

@@ -8,6 +8,11 @@ and ``oracle``. It reports, in result.json ``jobs[].hint_policy.lab``:
 
 - ``accuracy``: the share of writes the policy put in the oracle's class (``accuracy_bytes``: of the bytes,
   in mapping units); ``confusion_writes[o][p]``: writes of oracle class o given class p;
+- ``accuracy_one_class`` (``accuracy_bytes_one_class``): the one-class reference of those two: the accuracy of
+  giving every write the oracle's most common class (by writes; by bytes), i.e. the largest oracle class's
+  share of the writes (of the bytes). A policy that abstains on every write (all class 0) scores the oracle's
+  class-0 share, at most this; accuracy means something only against it (the oracle's classes are byte
+  quantiles of the lifetime, so each holds about 1/n_classes of the bytes: about 12.5% with 8 classes);
 - ``spearman``: Spearman's rank correlation between the policy's class (its predicted lifetime rank: class k
   holds longer-lived writes than class k-1, as the oracle's) and the true remaining lifetime (a copy that
   never dies ranks last), computed as the Pearson correlation of pandas ranks (ties averaged); null when
@@ -65,10 +70,14 @@ def agreement(policy: np.ndarray, oracle: np.ndarray, lifetime: np.ndarray, weig
         tot = w.sum()
         return [float(x / tot) if tot else 0.0 for x in np.bincount(cls, weights=w, minlength=n_classes)]
 
+    oracle_bytes = np.bincount(oracle.astype(np.int64), weights=w, minlength=n_classes)
     return {
         "writes": int(n),
         "accuracy": float(same.mean()) if n else None,
         "accuracy_bytes": float(w[same].sum() / w.sum()) if n and w.sum() else None,
+        # the reference: every write given the oracle's most common class (by writes; by bytes)
+        "accuracy_one_class": float(conf.sum(axis=1).max() / n) if n else None,
+        "accuracy_bytes_one_class": float(oracle_bytes.max() / w.sum()) if n and w.sum() else None,
         "spearman": spearman(policy, lifetime),
         "confusion_writes": conf.tolist(),
         "bytes_share_per_class": {"policy": share(policy), "oracle": share(oracle)},

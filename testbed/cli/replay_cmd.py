@@ -523,7 +523,8 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     if lab:
         rho, cap = lab["spearman"], lab["oracle_waf_cut_captured_ratio"]
         t.add_row("hint lab (vs oracle)",
-                  f"accuracy {100 * lab['accuracy']:.1f}% of writes, Spearman {'-' if rho is None else f'{rho:+.3f}'}; "
+                  f"accuracy {100 * lab['accuracy']:.1f}% of writes (every write in the oracle's largest class: "
+                  f"{100 * lab['accuracy_one_class']:.1f}%), Spearman {'-' if rho is None else f'{rho:+.3f}'}; "
                   f"WAF none / this / oracle {lab['waf']['none']:.3f} / {lab['waf']['policy']:.3f} / "
                   f"{lab['waf']['oracle']:.3f}: " + (f"{100 * cap:.0f}% of the oracle's cut captured" if cap is not None
                                                      else "the oracle cuts nothing here"))

@@ -514,7 +514,7 @@ def write_report(study_dir: Path) -> list[Path]:
     from testbed.study.table import dimensions
 
     keys = [c for c in (*dimensions(doc)[0], "policy") if c in summary.columns]
-    metrics = doc["metrics"]
+    metrics = table.shown_metrics(doc["metrics"])  # hint_accuracy with its one-class reference beside it
     found = findings(df, doc)
     failed = df[df["status"] == "failed"]
     md = [f"# Study: {doc['name']}", ""]

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.study.vocabulary import METRICS, UNSET
+from testbed.study.vocabulary import METRICS, REFERENCES, UNSET
 
 _PCT = {"p50": "50.000000", "p99": "99.000000", "p999": "99.900000"}
 _ENTRY = {"read": "read", "write": "write", "load": "object_read"}
@@ -63,6 +63,7 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
         out[k] = fs.get(k)
     lab = (job.get("hint_policy") or {}).get("lab") or {}
     out["hint_accuracy"] = lab.get("accuracy")
+    out["hint_accuracy_one_class"] = lab.get("accuracy_one_class")
     out["hint_spearman"] = lab.get("spearman")
     out["oracle_waf_cut_captured_ratio"] = lab.get("oracle_waf_cut_captured_ratio")
     for short, entry in _ENTRY.items():
@@ -137,6 +138,19 @@ def build(study_dir: Path) -> Any:
     return df
 
 
+def shown_metrics(metrics: list[str]) -> list[str]:
+    """A study's metrics as its summary and report show them: each with its reference right after it
+    (vocabulary.REFERENCES: ``hint_accuracy`` means something only against ``hint_accuracy_one_class``)."""
+    out: list[str] = []
+    for m in metrics:
+        if m not in out:
+            out.append(m)
+        ref = REFERENCES.get(m)
+        if ref is not None and ref not in metrics:
+            out.append(ref)
+    return out
+
+
 def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
     """Mean, 95% CI half-width and count across seeds, per setting and policy (points that ran)."""
     import pandas as pd
@@ -163,7 +177,7 @@ def refresh(study_dir: Path) -> None:
     """Rebuild table.parquet/csv and summary.csv from the study directory's saved files."""
     doc = json.loads((study_dir / "study.json").read_text())
     df = build(study_dir)
-    write(study_dir, df, summarize(df, doc, doc["metrics"]))
+    write(study_dir, df, summarize(df, doc, shown_metrics(doc["metrics"])))
 
 
 def write(study_dir: Path, df: Any, summary: Any) -> None:

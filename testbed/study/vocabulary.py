@@ -42,13 +42,18 @@ METRICS: dict[str, str] = {
     "stale_wrong_loads": "of stale_entry_loads, those served wrong (the contract let them through)",
     "recompute_tokens": "tokens recomputed after the faults",
     "contract_extra_bytes_written": "device bytes the contract's headers added",
-    "hint_accuracy": "share of the tier's writes the hints put in the oracle's class (replay.hint_lab = true)",
+    "hint_accuracy": "share of the tier's writes the hints put in the oracle's class (replay.hint_lab = true; "
+                     "read it against hint_accuracy_one_class, shown beside it)",
+    "hint_accuracy_one_class": "the reference of hint_accuracy: the share of the tier's writes in the oracle's "
+                               "largest class, the accuracy of giving every write one class (replay.hint_lab = true)",
     "hint_spearman": "Spearman rank correlation of the hint class and the true remaining lifetime (replay.hint_lab "
                      "= true; empty when the policy gives one class)",
     "oracle_waf_cut_captured_ratio": "(WAF_none - WAF_hints) / (WAF_none - WAF_oracle), end-to-end WAF on the same "
                                      "device: the share of the oracle's cut captured (replay.hint_lab = true; empty "
                                      "when the oracle cuts less than 0.001)",
 }
+#: metric -> its reference, which a study's summary and report show right after it whether listed or not
+REFERENCES: dict[str, str] = {"hint_accuracy": "hint_accuracy_one_class"}
 DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
                    "write_p99_ns")
 

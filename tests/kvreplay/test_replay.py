@@ -126,6 +126,9 @@ def test_the_summary_gives_the_seconds_its_events_per_second_divide_by_and_the_h
     row = _summary_row(res.stdout, "events")
     assert row.startswith(f"{rows:,} in {own_s:.1f} s ({rt['events_per_s']:,.0f} events/s)")
     assert f"+ {rt['hint_lab_s']:.1f} s hint lab" in row
+    lab = result(tmp_path / "r")["jobs"][0]["hint_policy"]["lab"]
+    assert (f"accuracy {100 * lab['accuracy']:.1f}% of writes (every write in the oracle's largest class: "
+            f"{100 * lab['accuracy_one_class']:.1f}%)") in _summary_row(res.stdout, "hint lab (vs oracle)")
 
 
 def test_a_zoned_drives_fill_is_of_what_its_zones_can_hold(trace, tmp_path):

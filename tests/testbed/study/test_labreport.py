@@ -106,6 +106,18 @@ def test_settings_over_traces_get_the_best_practical_policy_per_trace():
     assert "by trace" not in " ".join(lab_findings(_table(), COLS))  # one trace: no such sentence
 
 
+def test_hint_accuracy_is_shown_with_its_one_class_reference():
+    from testbed.study.table import metrics_of, shown_metrics
+
+    assert shown_metrics(["end_to_end_waf", "hint_accuracy", "hint_spearman"]) == [
+        "end_to_end_waf", "hint_accuracy", "hint_accuracy_one_class", "hint_spearman"]
+    assert shown_metrics(["hint_accuracy_one_class", "hint_accuracy"]) == ["hint_accuracy_one_class", "hint_accuracy"]
+    assert shown_metrics(["waf"]) == ["waf"]
+    m = metrics_of({"hint_policy": {"lab": {"accuracy": 0.122, "accuracy_one_class": 0.125}}})
+    assert (m["hint_accuracy"], m["hint_accuracy_one_class"]) == (0.122, 0.125)
+    assert metrics_of({})["hint_accuracy_one_class"] is None
+
+
 def test_the_reduced_study_reports_the_shares_end_to_end(tmp_path):
     """studies/reduced/practical-hints.toml: every point runs the lab; none's share is 0 and the oracle's 1 by
     definition, and the report leads with the best practical policy's share and draws the plot."""
@@ -119,4 +131,11 @@ def test_the_reduced_study_reports_the_shares_end_to_end(tmp_path):
         assert share[p] == pytest.approx((waf["none"] - waf[p]) / (waf["none"] - waf["oracle"]), abs=1e-9)
     found = (out / "report.md").read_text().split("## Findings\n\n- ")[1]
     assert found.startswith("fdp: the best practical hint policy, ")
+    # hint_accuracy (listed) comes with its one-class reference (not listed) beside it, in the summary and report
+    acc = dict(zip(df["policy"], df["hint_accuracy"]))
+    one = dict(zip(df["policy"], df["hint_accuracy_one_class"]))
+    assert len(set(one.values())) == 1 and 0 < one["none"] < 1  # a property of the trace and the oracle alone
+    assert acc["none"] <= one["none"] and acc["oracle"] == 1
+    assert "| hint_accuracy | hint_accuracy_one_class | hint_spearman |" in (out / "report.md").read_text()
+    assert "hint_accuracy_one_class_mean" in pd.read_csv(out / "summary.csv").columns
     assert (out / "plots" / "oracle_share_by_hints.png").stat().st_size > 0
