@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
 from kvbed.core.atomicio import atomic_path
+from testbed import humanize
 from testbed.results import Run, load_run
 
 GiB = float(1 << 30)
@@ -117,7 +118,9 @@ def _waf_axes(ax, run: Run, label: str | None = None, cumulative_only: bool = Fa
     if not cumulative_only:
         w = _col(run, "waf")
         if w is not None:
-            ax.plot(x, w, lw=0.8, alpha=0.5, label=f"{label + ' ' if label else ''}device WAF per window")
+            win = run.result.get("window_ns")
+            ax.plot(x, w, lw=0.8, alpha=0.5, label=f"{label + ' ' if label else ''}device WAF per window"
+                    + (f" of {humanize.fmt_ns(win, sig3=True)}" if win else ""))
     if cum is not None:
         ax.plot(x, cum, lw=1.6, label=f"{label + ' ' if label else ''}end-to-end WAF (cumulative)")
     ax.set_xlabel("trace time (s)")
@@ -439,13 +442,20 @@ def comparison_figure(runs: list[Run]) -> Figure:
     """``kvbed report``: WAF over time, load latency CDFs, WAF change against the first run, tail latencies."""
     fig, axes = _subplots((12, 8), 2, 2)
     ax = axes[0, 0]
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
     for k, r in enumerate(runs):
+        n_lines = len(ax.get_lines())
         _waf_axes(ax, r, label=r.label, cumulative_only=True)
-        line = ax.get_lines()[-1] if ax.get_lines() else None
-        if line is not None:  # equal curves (e.g. two runs without GC) stay visible
+        line = ax.get_lines()[-1] if len(ax.get_lines()) > n_lines else None
+        if line is not None:  # equal curves (e.g. two runs without GC) stay visible, and the legend says so
             ls, lw = SERIES_STYLES[k % len(SERIES_STYLES)]
             line.set_linestyle(ls)
             line.set_linewidth(lw)
+            x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+            same = _same_as(drawn, x, y)
+            if same:
+                line.set_label(f"{line.get_label()} (= {same})")
+            drawn.append((r.label, x, y))
     ax.set_title("end-to-end WAF (cumulative) over trace time")
     ax.legend(fontsize=7)
     ax = axes[0, 1]

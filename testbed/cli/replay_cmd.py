@@ -532,6 +532,14 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     con.print(t)
 
 
+def _baseline_first(runs: tuple[Path, ...], baseline: Path) -> tuple[Path, ...]:
+    """``runs`` with ``baseline`` moved to the front (the comparison's changes are against the first run)."""
+    same = [r for r in runs if r.resolve() == baseline.resolve()]
+    if not same:
+        raise KvbedError(f"--baseline {baseline}: not one of the runs compared ({', '.join(map(str, runs))})")
+    return (same[0], *(r for r in runs if r is not same[0]))
+
+
 @click.command("report")
 @click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -540,9 +548,13 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
 @click.option("--force", is_flag=True, help="replace the files of another report in that directory")
 @click.option("--no-plot", is_flag=True, help="print the table only; nothing is written")
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
-def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool, as_json: bool) -> None:
+@click.option("--baseline", type=click.Path(path_type=Path), default=None, metavar="RUN_DIR",
+              help="the run the others' changes are against, one of RUN_DIR... (it is listed first) "
+                   "[default: the first RUN_DIR given; a shell glob gives them sorted by name]")
+def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool, as_json: bool,
+           baseline: Path | None) -> None:
     """Compare finished runs: a table of WAF, GC and latency percentiles with a column for every setting that
-    differs between them, and a plot.
+    differs between them, and a plot. Changes are against the first run given, or --baseline.
 
     The report directory is never shared silently: one that holds another report's files (report.json names
     other runs) is refused unless --force; the same report made again replaces its own files."""
@@ -550,6 +562,8 @@ def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool,
     from testbed.report import compare, render_differences, render_lab, render_table
     from testbed.results import load_run
 
+    if baseline is not None:
+        runs = _baseline_first(runs, baseline)
     loaded = [load_run(r) for r in runs]
     out = out or reportdir.default_dir(list(runs))
     if not no_plot:

@@ -114,6 +114,23 @@ def test_report_shows_the_waf_change_against_the_first_run(runs):
     assert len(set(_styles(cdf))) == len(runs)
 
 
+def test_the_waf_plot_says_how_long_its_windows_are(runs):
+    from testbed.humanize import fmt_ns
+
+    for run in runs:
+        labels = [t.get_text() for t in waf_figure(run).axes[0].get_legend().get_texts()]
+        assert f"device WAF per window of {fmt_ns(run.result['window_ns'], sig3=True)}" in labels
+
+
+def test_a_report_names_a_waf_line_hidden_under_an_equal_one(runs):
+    """Two runs with the same WAF curve (here the same run twice): the second line lies under the first, so the
+    legend says "(= first)", as the latency CDF's legend does."""
+    fig = comparison_figure([runs[0], runs[0], runs[1]])
+    ax = next(a for a in fig.axes if a.get_title().startswith("end-to-end WAF (cumulative)"))
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == 3 and labels[1] == f"{labels[0]} (= {runs[0].label})" and "(=" not in labels[2]
+
+
 def test_fault_counts_have_no_negative_ticks_and_every_outcome_is_written(fault_runs):
     for run in fault_runs:
         fig = fault_outcomes_figure(run)

@@ -54,6 +54,20 @@ def test_report_table_json_and_plot(runs):
     assert (runs[0].parent / "cmp" / "report.png").read_bytes()[:8] == PNG
 
 
+def test_the_baseline_is_the_first_run_or_the_one_named(runs, tmp_path):
+    """A shell glob lists runs by name, so the first (the baseline of every change) is often not the one meant:
+    --baseline names it, and it is listed first."""
+    none, oracle = runs
+    rows = json.loads(ok(kvbed("report", oracle, none, "--baseline", none, "--json")).stdout)
+    assert [r["hints"] for r in rows] == ["none", "oracle"] and rows[0]["waf_change_vs_first"] == 0.0
+    assert rows[1]["waf_change_vs_first"] == pytest.approx(rows[1]["end_to_end_waf"] / rows[0]["end_to_end_waf"] - 1)
+    assert rows[1]["waf_change_vs_first"] < 0  # oracle against none
+    flipped = json.loads(ok(kvbed("report", oracle, none, "--json")).stdout)  # no --baseline: the first given
+    assert flipped[0]["hints"] == "oracle" and flipped[1]["waf_change_vs_first"] > 0
+    one_line_error(kvbed("report", none, oracle, "--baseline", tmp_path, "--no-plot"), "--baseline",
+                   "not one of the runs compared")
+
+
 def test_report_never_replaces_another_report_silently(runs, tmp_path):
     """The old code wrote report.png beside the first run whatever the runs, replacing an earlier report."""
     d = tmp_path / "rep"
