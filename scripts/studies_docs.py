@@ -103,7 +103,8 @@ def section(study_dir: Path) -> str:
 def headline(findings_md: str) -> str:
     """The README's headline, a table read off docs/findings.md: per study and device, the average change of
     end-to-end WAF against no hints under oracle hints (the future known) and predicted hints (the past only),
-    and, in a hint-lab study, the best practical policy's share of the oracle's WAF cut."""
+    and, in a hint-lab study, the best practical policy's share of the oracle's WAF cut, then per trace the best
+    one there and its share."""
     rows = ["| study | device | oracle | predicted | best practical: share of the oracle's cut | settings |",
             "|---|---|---|---|---|---|"]
     for block in re.split(r"(?m)^## ", findings_md)[1:]:
@@ -118,6 +119,12 @@ def headline(findings_md: str) -> str:
             best = re.search(rf"(?m)^- {re.escape(dev)}: the best practical hint policy, (\S+), captures "
                              r"(-?[\d.]+%) of the oracle's end-to-end WAF cut", block)
             share = f"{best[1]} {best[2]}" if best else "-"
+            by_trace = re.search(rf"(?m)^- {re.escape(dev)}, the best practical hint policy by trace \([^)]*\): "
+                                 r"(.+?)\.?$", block)
+            if best and by_trace:  # the mean over traces hides that the best policy and its share depend on it
+                per = [f"{t.split(':')[0]}: {pol} {pct}" for t, pol, pct in
+                       re.findall(r"(\S+) (\S+) (-?[\d.]+%) \(\d+ setting\(s\)\)", by_trace[1])]
+                share += f" ({'; '.join(per)})" if per else ""
             rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {share} | {n} |")
     return "\n".join(rows) + "\n"
 

@@ -93,12 +93,16 @@ def test_headline_reads_oracle_and_predicted_per_device():
           "- fdp, predicted -0.5% on average over 6 setting(s); most at ...\n"
           "- fdp: the best practical hint policy, type, captures 31.4% of the oracle's end-to-end WAF cut on "
           "average over 6 setting(s) (share ...).\n"
+          "- fdp, the best practical hint policy by trace (share of the oracle's cut, mean over the trace's "
+          "settings): mooncake:conversation_trace.jsonl learned 81.9% (2 setting(s)); synth type 35.9% (4 "
+          "setting(s)).\n"
           "- fdp, predicted captures 2.0% of the oracle's cut on average over 6 of 6 setting(s) (...).\n"
           "- On fdp, loads served wrong after the faults by contract, summed over ...: none 3.\n")
     assert sd.headline(md).splitlines()[2:] == [
         "| [s1](docs/findings.md#s1) | fdp | -9.0% | +1.5% | - | 4 |",
         "| [s1](docs/findings.md#s1) | conv | within the 95% intervals | within the 95% intervals | - | - |",
-        "| [lab](docs/findings.md#lab) | fdp | -12.0% | -0.5% | type 31.4% | 6 |"]  # one row per device
+        "| [lab](docs/findings.md#lab) | fdp | -12.0% | -0.5% | type 31.4% (mooncake: learned 81.9%; synth: type "
+        "35.9%) | 6 |"]  # one row per device
 
 
 def test_gallery_shows_the_images_it_has():
