@@ -34,6 +34,19 @@ MOONCAKE = (ROOT / "../shared/data/traces/mooncake/conversation_trace.jsonl").re
 PARAMS = ["op_ratio=0.07", "fill_ratio=1.0"]
 
 
+def _print_part(title: str, rs: dict[tuple[str, str], list[dict]], trees: dict, hints: str) -> None:
+    """Medians of wall and CPU seconds per tree and policy, each run's wall time, and the policy/none ratios."""
+    wall = {c: statistics.median(r["wall_s"] for r in v) for c, v in rs.items()}
+    cpu = {c: statistics.median(r["cpu_s"] for r in v) for c, v in rs.items()}
+    print(f"\n{title}\n{'tree':5} {'hints':10} {'median wall s':>14} {'median cpu s':>13}   runs (wall s)")
+    for t, h in rs:
+        runs = " ".join(f"{r['wall_s']:.2f}" for r in rs[t, h])
+        print(f"{t:5} {h:10} {wall[t, h]:14.2f} {cpu[t, h]:13.2f}   {runs}")
+    for t in trees:
+        print(f"{t:5} {hints}/none: wall {wall[t, hints] / wall[t, 'none']:.2f}x, "
+              f"cpu {cpu[t, hints] / cpu[t, 'none']:.2f}x")
+
+
 def main() -> None:
     from bench_replay import build_mooncake, run_child
 
@@ -73,18 +86,10 @@ def main() -> None:
         for t, h in cases[k:] + cases[:k]:
             rs[t, h].append(run_child(trace, "fdp", h, PARAMS, trees[t], warm=True))
     load = (load0 + os.getloadavg()[0]) / 2
-    for title, part in (("fresh process: the first replay (scikit-learn imported, numba kernels loaded, in the "
-                         "time)", lambda r: r), ("warm process: a second replay in the same process, as a "
-                                              "study worker's later points", lambda r: r["warm"])):
-        wall = {c: statistics.median(part(r)["wall_s"] for r in v) for c, v in rs.items()}
-        cpu = {c: statistics.median(part(r)["cpu_s"] for r in v) for c, v in rs.items()}
-        print(f"\n{title}\n{'tree':5} {'hints':10} {'median wall s':>14} {'median cpu s':>13}   runs (wall s)")
-        for t, h in rs:
-            runs = " ".join(f"{part(r)['wall_s']:.2f}" for r in rs[t, h])
-            print(f"{t:5} {h:10} {wall[t, h]:14.2f} {cpu[t, h]:13.2f}   {runs}")
-        for t in trees:
-            print(f"{t:5} {a.hints}/none: wall {wall[t, a.hints] / wall[t, 'none']:.2f}x, "
-                  f"cpu {cpu[t, a.hints] / cpu[t, 'none']:.2f}x")
+    _print_part("fresh process: the first replay (scikit-learn imported, numba kernels loaded, in the time)",
+                rs, trees, a.hints)
+    _print_part("warm process: a second replay in the same process, as a study worker's later points",
+                {c: [r["warm"] for r in v] for c, v in rs.items()}, trees, a.hints)
     for t in trees:
         print(f"{t:5} WAF none {rs[t, 'none'][0]['waf']:.4f}, {a.hints} {rs[t, a.hints][0]['waf']:.4f}")
     print(f"(load average {load:.1f}, {a.runs} runs each, rotating)")

@@ -122,11 +122,24 @@ def headline(findings_md: str) -> str:
             by_trace = re.search(rf"(?m)^- {re.escape(dev)}, the best practical hint policy by trace \([^)]*\): "
                                  r"(.+?)\.?$", block)
             if best and by_trace:  # the mean over traces hides that the best policy and its share depend on it
-                per = [f"{t.split(':')[0]}: {pol} {pct}" for t, pol, pct in
-                       re.findall(r"(\S+) (\S+) (-?[\d.]+%) \(\d+ setting\(s\)\)", by_trace[1])]
-                share += f" ({'; '.join(per)})" if per else ""
+                share += f" ({'; '.join(_per_trace(by_trace[1], name))})"
             rows.append(f"| [{name}](docs/findings.md#{name}) | {dev} | {cells[0]} | {cells[1]} | {share} | {n} |")
     return "\n".join(rows) + "\n"
+
+
+def _per_trace(text: str, study: str) -> list[str]:
+    """``"trace: policy share"`` per entry of a findings "by trace" list (testbed.study.labreport: entries
+    ``TRACE POLICY SHARE (N setting(s))`` joined by "; "); a trace is named by its importer alone
+    (``mooncake:conversation_trace.jsonl`` -> ``mooncake``) where that stays unique."""
+    entries = []
+    for part in text.split("; "):
+        m = re.fullmatch(r"(.+) (\S+) (-?[\d.]+%|nan%) \(\d+ setting\(s\)\)", part)
+        if m is None:
+            raise SystemExit(f"docs/findings.md, {study}: cannot read the best practical policy by trace: {part!r}")
+        entries.append(m.groups())
+    short = [t.split(":")[0] for t, _, _ in entries]
+    names = short if len(set(short)) == len(short) else [t for t, _, _ in entries]
+    return [f"{n}: {pol} {pct}" for n, (_, pol, pct) in zip(names, entries)]
 
 
 def gallery(study_dirs: list[Path]) -> str:

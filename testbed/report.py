@@ -198,8 +198,8 @@ def render_lab(rows: list[dict[str, Any]]) -> Table | None:
         rho = lab["spearman"]
         one = lab.get("accuracy_one_class")  # runs before it was recorded have none
         t.add_row(Path(r["run"]).name, str(r["hints"]), f"{100 * lab['accuracy']:.1f}%",
-                  "-" if one is None else f"{100 * one:.1f}%", "-" if rho is None else f"{rho:+.3f}", _waf(w["none"]), _waf(w["policy"]), _waf(w["oracle"]),
-                  "-" if cap is None else f"{100 * cap:.0f}%")
+                  "-" if one is None else f"{100 * one:.1f}%", "-" if rho is None else f"{rho:+.3f}",
+                  _waf(w["none"]), _waf(w["policy"]), _waf(w["oracle"]), "-" if cap is None else f"{100 * cap:.0f}%")
     t.caption = ("accuracy: share of the tier's writes given the oracle's class; one class: the accuracy of giving "
                  "every write the oracle's largest class; Spearman: rank correlation of the "
                  "class with the true remaining lifetime (- : one class); oracle cut captured: (WAF none - WAF "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +104,19 @@ def test_headline_reads_oracle_and_predicted_per_device():
         "| [s1](docs/findings.md#s1) | conv | within the 95% intervals | within the 95% intervals | - | - |",
         "| [lab](docs/findings.md#lab) | fdp | -12.0% | -0.5% | type 31.4% (mooncake: learned 81.9%; synth: type "
         "35.9%) | 6 |"]  # one row per device
+
+
+def test_headline_names_each_trace_of_the_best_practical_policy_unambiguously():
+    """Trace labels are importer:file or a file name (spaces allowed); the importer alone names a trace only
+    where no other trace of the study shares it, and a line that does not parse stops the script."""
+    sd = _studies_docs()
+    assert sd._per_trace("mooncake:a b.jsonl learned 81.9% (2 setting(s)); my trace.parquet type -3.5% "
+                         "(4 setting(s))", "s") == ["mooncake: learned 81.9%", "my trace.parquet: type -3.5%"]
+    assert sd._per_trace("mooncake:conversation.jsonl learned 80.0% (1 setting(s)); mooncake:toolagent.jsonl "
+                         "type 10.0% (1 setting(s))", "s") == ["mooncake:conversation.jsonl: learned 80.0%",
+                                                                "mooncake:toolagent.jsonl: type 10.0%"]
+    with pytest.raises(SystemExit, match="cannot read the best practical policy by trace"):
+        sd._per_trace("mooncake learned 81.9%", "s")
 
 
 def test_gallery_shows_the_images_it_has():

@@ -12,7 +12,8 @@ and ``oracle``. It reports, in result.json ``jobs[].hint_policy.lab``:
   giving every write the oracle's most common class (by writes; by bytes), i.e. the largest oracle class's
   share of the writes (of the bytes). A policy that abstains on every write (all class 0) scores the oracle's
   class-0 share, at most this; accuracy means something only against it (the oracle's classes are byte
-  quantiles of the lifetime, so each holds about 1/n_classes of the bytes: about 12.5% with 8 classes);
+  quantiles of the lifetime, so each holds about 1/n_classes of the bytes unless the copies that never die
+  fill the top class, while by writes the largest class may hold far more);
 - ``spearman``: Spearman's rank correlation between the policy's class (its predicted lifetime rank: class k
   holds longer-lived writes than class k-1, as the oracle's) and the true remaining lifetime (a copy that
   never dies ranks last), computed as the Pearson correlation of pandas ranks (ties averaged); null when

@@ -366,13 +366,14 @@ class Replay:
         self.dev_stats = self.target.stats()
         job = out.job_entry(self, rows_done)
         result = out.build_result(self, job, rows_done, incomplete)
-        lab_s = 0.0
+        lab_s = lab_jit_s = 0.0
         if rp.hint_lab and not incomplete:
             from kvreplay.hints.lab import run_lab
 
-            t_lab = time.perf_counter()
+            t_lab, j_lab = time.perf_counter(), jit.compile_seconds(compiling)
             job["hint_policy"]["lab"] = run_lab(self, job)
             lab_s = time.perf_counter() - t_lab
+            lab_jit_s = jit.compile_seconds(compiling) - j_lab  # the lab's replays' kernels: within lab_s
         fault_s = 0.0
         if self.fault_run is not None:
             t_f = time.perf_counter()
@@ -382,13 +383,13 @@ class Replay:
             job["faults"] = out.fault_summary(result["faults"])
             fault_s = time.perf_counter() - t_f
         wall = time.perf_counter() - wall0
-        jit_s = jit.compile_seconds(compiling)
+        jit_s = jit.compile_seconds(compiling) - lab_jit_s
         runtime = {
             "wall_s": wall,
             "scan_s": self.scan_s,
             "replay_s": replay_s,
             "rows_per_s": rows_done / wall if wall > 0 else None,
-            "jit_s": jit_s,  # numba compiling kernels or loading them from its cache, within wall_s
+            "jit_s": jit_s,  # numba compiling kernels or loading them from its cache, within wall_s (not hint_lab_s)
             # the run without jit_s (nor the hint lab's replays)
             "events_per_s": rows_done / (wall - jit_s - lab_s) if wall > jit_s + lab_s else None,
             "replay_stage_s": {k: round(v, 4) for k, v in self.stage_s.items()},

@@ -370,6 +370,7 @@ def _tiers_summary(parts: dict[str, Any]) -> dict[str, Any]:
                      "p99_ns": pct(v["ttft_ns"], "99.000000")} for m, v in (req.get("modes") or {}).items()},
         "incomplete": res["incomplete"],
         "wall_s": parts["runtime"]["wall_s"],
+        "jit_s": parts["runtime"]["jit_s"],
         "events_per_s": parts["runtime"]["events_per_s"],
     }
 
@@ -401,8 +402,9 @@ def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> 
     for mode, r in s["ttft"].items():
         q.add_row(mode, fmt_ns(r["mean_ns"]), fmt_ns(r["p50_ns"]), fmt_ns(r["p99_ns"]))
     con.print(q)
-    con.print(f"{len(s['tiers'])} tiers in {s['wall_s']:.1f} s ({s['events_per_s'] or 0:,.0f} trace events/s); "
-              f"run directory {run_dir}")
+    jit = f" + {s['jit_s']:.1f} s compiling kernels" if s["jit_s"] >= 0.05 else ""
+    con.print(f"{len(s['tiers'])} tiers in {s['wall_s'] - s['jit_s']:.1f} s ({s['events_per_s'] or 0:,.0f} trace "
+              f"events/s){jit}; run directory {run_dir}")  # the seconds events_per_s divides by
 
 
 def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
@@ -425,15 +427,16 @@ def _summary(job: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _device_size(sz: dict[str, Any]) -> str:
-    """The drive's size and how full it was at the peak; on a zoned drive the fill is of what its zones can hold
-    (zone capacity below zone size), which the logical size alone would overstate."""
+    """The drive's size and how full it was at the peak; on a zoned drive the fill is of the space left for data
+    (zone capacity below zone size, less the zones kept for GC and open streams: sizing's ``usable_pages``),
+    which the logical size alone would overstate."""
     from testbed.report import fmt_bytes
 
     fill = f"{sz.get('fill_ratio_effective', 0):.3f}"
-    usable = sz.get("usable_pages", 0) * sz.get("page_bytes", 0)
-    if usable and usable != sz.get("logical_bytes"):
-        return (f"{fmt_bytes(sz.get('logical_bytes'))} logical, {fmt_bytes(usable)} writable in its zones "
-                f"({sz.get('mode')}, fill {fill} of the writable at peak)")
+    if "zones" in sz:
+        usable = sz["usable_pages"] * sz["page_bytes"]
+        return (f"{fmt_bytes(sz.get('logical_bytes'))} logical, {fmt_bytes(usable)} usable for data (zone "
+                f"capacity, less GC-reserve and open-stream zones) ({sz.get('mode')}, fill {fill} of that at peak)")
     return f"{fmt_bytes(sz.get('logical_bytes'))} logical ({sz.get('mode')}, fill {fill} at peak)"
 
 
@@ -458,7 +461,8 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     if gs:
         t.add_row("writes that waited for GC", labels.stalled_writes(gs))
     if job.get("zone_resets"):
-        t.add_row("zone resets / host GC relocated", f"{job['zone_resets']:,} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
+        t.add_row("zone resets / host GC relocated",
+                  f"{job['zone_resets']:,} / {fmt_bytes(job['host_gc']['relocated_bytes'])}")
     t.add_row("erases", f"{job['erases']:,}")
     for name in ("object_read", "object_write", "read", "write"):
         e = job.get(name)

@@ -139,8 +139,9 @@ def build(study_dir: Path) -> Any:
 
 
 def shown_metrics(metrics: list[str]) -> list[str]:
-    """A study's metrics as its summary and report show them: each with its reference right after it
-    (vocabulary.REFERENCES: ``hint_accuracy`` means something only against ``hint_accuracy_one_class``)."""
+    """A study's metrics as its summary and report show them: a metric with a reference the study does not list
+    gets it right after itself (vocabulary.REFERENCES: ``hint_accuracy`` means something only against
+    ``hint_accuracy_one_class``); a reference the study lists stays where it is."""
     out: list[str] = []
     for m in metrics:
         if m not in out:

@@ -66,6 +66,11 @@ def test_the_baseline_is_the_first_run_or_the_one_named(runs, tmp_path):
     assert flipped[0]["hints"] == "oracle" and flipped[1]["waf_change_vs_first"] > 0
     one_line_error(kvbed("report", none, oracle, "--baseline", tmp_path, "--no-plot"), "--baseline",
                    "not one of the runs compared")
+    ok(kvbed("report", oracle, none, "--baseline", none, "-o", tmp_path / "rep"))  # the files agree on it
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["runs"] == [str(none.resolve()), str(oracle.resolve())] and doc["rows"][0]["hints"] == "none"
+    ok(kvbed("report", oracle, none, "--baseline", none))  # the default directory: named after the baseline first
+    assert (none.parent / "report-none-oracle" / "report.json").exists()
 
 
 def test_report_never_replaces_another_report_silently(runs, tmp_path):
