@@ -576,16 +576,12 @@ def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool,
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
+        from testbed.cli.console import keep_whole, print_whole
+
         con = _console()
-        differ = render_differences(rows)
-        if differ is not None:
-            if not con.is_terminal:  # a file or a pipe gets every setting, however wide
-                con.width = max(con.width, con.measure(differ, options=con.options.update(max_width=1 << 16)).maximum)
-            con.print(differ)
-        con.print(render_table(rows))
-        lab = render_lab(rows)
-        if lab is not None:
-            con.print(lab)
+        for table in (render_differences(rows), render_table(rows), render_lab(rows)):
+            if table is not None:  # a file or a pipe gets every column, however wide; a terminal, whole figures
+                print_whole(con, keep_whole(table))
     if no_plot:
         return
 

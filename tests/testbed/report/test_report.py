@@ -73,6 +73,19 @@ def test_the_baseline_is_the_first_run_or_the_one_named(runs, tmp_path):
     assert (none.parent / "report-none-oracle" / "report.json").exists()
 
 
+def test_a_report_printed_to_a_file_cuts_no_figure(runs, tmp_path, lifetimes_trace):
+    """A ZNS run adds the host-GC columns, wider than a pipe's default width: every cell is printed whole (the
+    old table ended them with "…", a WAF of 1.673 as "1.…")."""
+    zns = tmp_path / "zns"
+    ok(kvbed("replay", lifetimes_trace(2000), "--device", "zns", "--fill-ratio", "1.0", "-o", zns, "-q", "--no-plots"))
+    res = ok(kvbed("report", runs[0], runs[1], zns, "--no-plot"))
+    assert "…" not in res.stdout
+    for run in (*runs, zns):
+        job = json.loads((run / "result.json").read_text())["jobs"][0]
+        row = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"│ {run.name} ") and "%" in ln)
+        assert f"│ {job['end_to_end_waf']:.3f} │" in row  # the WAF, whole
+
+
 def test_report_never_replaces_another_report_silently(runs, tmp_path):
     """The old code wrote report.png beside the first run whatever the runs, replacing an earlier report."""
     d = tmp_path / "rep"
