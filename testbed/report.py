@@ -123,6 +123,11 @@ def _ttft(req: dict[str, Any] | None) -> dict[str, Any]:
             "ttft_p50_ns": lat["percentile"].get("50.000000"), "ttft_p99_ns": lat["percentile"].get("99.000000")}
 
 
+#: the tables' columns fold a cell too wide for a narrow terminal onto more lines, never end it with "…" (a WAF
+#: read "1.…"); printed to a file or a pipe they get their full width (testbed.cli.console.print_whole)
+FOLD = "fold"
+
+
 def _waf(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -173,7 +178,7 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
     t.caption = "\n".join(notes)
     t.caption_justify = "left"
     for name, _ in cols:
-        t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", no_wrap=True)
+        t.add_column(name, justify="left" if name in ("run", "device", "hints") else "right", overflow=FOLD)
     for r in rows:
         t.add_row(*(f(r) for _, f in cols))
     return t
@@ -190,7 +195,7 @@ def render_lab(rows: list[dict[str, Any]]) -> Table | None:
               header_style="bold")
     for name in ("run", "hints", "accuracy", "one class", "Spearman", "WAF none", "WAF hints", "WAF oracle",
                  "oracle cut captured"):
-        t.add_column(name, justify="left" if name in ("run", "hints") else "right", no_wrap=True)
+        t.add_column(name, justify="left" if name in ("run", "hints") else "right", overflow=FOLD)
     for r in labbed:
         lab = r["hint_lab"]
         w = lab["waf"]
@@ -219,7 +224,7 @@ def render_differences(rows: list[dict[str, Any]]) -> Table | None:
     tiers = any(r.get("tier") and "ttft_p50_ns" in r for r in rows)
     t = Table(title="what differs between these runs (from their config.json)", header_style="bold")
     for name in ["run", *(["tier"] if tiers else []), "device", "hints", *names]:
-        t.add_column(name, no_wrap=True)
+        t.add_column(name, overflow=FOLD)
     for r in rows:
         t.add_row(Path(r["run"]).name, *([r["tier"] or "-"] if tiers else []), str(r["device"]), str(r["hints"]),
                   *(_setting(n, r["differs"][n]) for n in names))

@@ -22,20 +22,11 @@ def console(err: bool = False) -> Console:
 
 
 def print_whole(con: Console, table: Any) -> None:
-    """Print a table with no figure cut short: a file or a pipe gets it at its full width, however wide; a
-    terminal too narrow for it gets its cells folded (see :func:`keep_whole`), never ended with "…"."""
+    """Print a table with no figure cut short: a file or a pipe gets it at its full width, however wide (a
+    terminal too narrow for it folds the cells of columns made with ``overflow="fold"``)."""
     if not con.is_terminal:
         con.width = max(con.width, con.measure(table, options=con.options.update(max_width=1 << 16)).maximum)
     con.print(table)
-
-
-def keep_whole(table: Table) -> Table:
-    """Columns that fold rather than cut their text: a terminal too narrow for the table wraps its cells onto
-    more lines, and never hides a figure behind "…" ("1.…" for a WAF)."""
-    for col in table.columns:
-        col.no_wrap = False
-        col.overflow = "fold"
-    return table
 
 
 def facts_table(facts: dict[str, Any], title: str = "source facts") -> Table:

@@ -485,9 +485,9 @@ def _print_summary(con: Console, job: dict[str, Any], parts: dict[str, Any], run
     lab_s = rt.get("hint_lab_s", 0.0)
     run_s = rt["wall_s"] - rt["jit_s"] - lab_s  # the time events_per_s divides by
     jit = f" + {rt['jit_s']:.1f} s compiling kernels" if rt["jit_s"] >= 0.05 else ""
-    lab = f" + {lab_s:.1f} s hint lab (its replays)" if "hint_lab_s" in rt else ""
+    lab_part = f" + {lab_s:.1f} s hint lab (its replays)" if "hint_lab_s" in rt else ""
     t.add_row("events", f"{job['events']['rows_replayed']:,} in {run_s:.1f} s ({rt['events_per_s'] or 0:,.0f} "
-                        f"events/s){jit}{lab}" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
+                        f"events/s){jit}{lab_part}" + (" [red]INCOMPLETE[/red]" if res["incomplete"] else ""))
     vm = res.get("vm")
     if vm:
         tg, rv = res["target"], parts["runtime"].get("vm") or {}
@@ -576,12 +576,12 @@ def report(runs: tuple[Path, ...], out: Path | None, force: bool, no_plot: bool,
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:
-        from testbed.cli.console import keep_whole, print_whole
+        from testbed.cli.console import print_whole
 
         con = _console()
         for table in (render_differences(rows), render_table(rows), render_lab(rows)):
             if table is not None:  # a file or a pipe gets every column, however wide; a terminal, whole figures
-                print_whole(con, keep_whole(table))
+                print_whole(con, table)
     if no_plot:
         return
 
