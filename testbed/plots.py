@@ -402,9 +402,12 @@ def hint_lab_figure(run: Run) -> Figure:
     a0.set_xticks(range(n))
     a0.set_yticks(range(n))
     # a guarded policy (kvreplay/hints/abstain.py) gives class 0 to every write it abstains on, too
-    abst = (run.job.get("hint_policy") or {}).get("abstained_writes_share")
+    # (of them, the writes it had no opinion on: before a model's first fit, the only ones when unguarded)
+    pol = run.job.get("hint_policy") or {}
+    abst, none_yet = pol.get("abstained_writes_share"), pol.get("no_opinion_writes_share")
     a0.set_xlabel("class the policy gave (0 = shortest predicted life,\nand every write abstained on"
-                  + ("" if abst is None else f": {100 * abst:.1f}% of writes") + ")")
+                  + ("" if abst is None else f": {100 * abst:.1f}% of writes")
+                  + ("" if none_yet is None else f", {100 * none_yet:.1f}% with no opinion") + ")")
     a0.set_ylabel("oracle class (0 = shortest true life)")
     acc = lab["accuracy"]
     one = lab.get("accuracy_one_class")

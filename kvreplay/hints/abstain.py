@@ -54,8 +54,8 @@ Mooncake and never follows on the synthetic trace (kvreplay/hints/learned.py has
 
 Everything is counted in trace order inside the kernel, so classes never depend on batch boundaries, and only
 deaths already seen count (the guard is as causal as the policy it guards). Abstention is reported in the
-policy's ``describe()`` (share of writes and bytes abstained, decisions that switched, the separation at the
-last decision). ``--param abstain=false`` gives the policy's classes unguarded (as before the guard).
+policy's ``describe()`` (share of writes and bytes abstained, and apart the part of it the policy gave no
+opinion on, e.g. before a model's first fit; decisions that switched, the separation at the last decision). ``--param abstain=false`` gives the policy's classes unguarded (as before the guard).
 """
 
 from __future__ import annotations
@@ -150,12 +150,13 @@ class GuardStats(NamedTuple):
     cw: np.ndarray  # float64[C]  weight of the deaths per proposed class
     cx: np.ndarray  # float64[C]  their weighted sum of log2 lifetimes
     mom: np.ndarray  # float64[7] weight, sum x, x^2, class, class^2, class*x, death count (M_* indices)
-    state: np.ndarray  # int64[10] write clock (bytes), observations (deaths, or copies a horizon old), writes,
+    state: np.ndarray  # int64[12] write clock (bytes), observations (deaths, or copies a horizon old), writes,
     #                               writes abstained (class 0 given while not confident or without an opinion),
     #                               bytes written, bytes abstained,
     #                               following (1) or abstaining (0) since the last decision, decisions that
     #                               switched between the two, consecutive decisions that found the classes
-    #                               separated, oldest write not yet matured (test=survival)
+    #                               separated, oldest write not yet matured (test=survival),
+    #                               writes and bytes the policy gave no opinion on (-1; among those abstained)
     sep: np.ndarray  # float64[2]  separation at the last decision, highest at a decision with min_deaths on
     #                               record (nan: undefined)
 
@@ -279,6 +280,9 @@ def _guard_kernel(start, j, ev, objs, log, stats, cfg, out):
             if not follow:  # abstained: class 0 whatever the policy proposed
                 state[3] += 1
                 state[5] += nbytes[i]
+                if c < 0:  # no opinion (e.g. before a model's first fit): class 0 guarded or not
+                    state[10] += 1
+                    state[11] += nbytes[i]
             o_cls[s] = c
             o_birth[s] = state[0]
             o_size[s] = nbytes[i]
@@ -332,7 +336,7 @@ class AbstainGuard:
                                "widx": (np.int64, -1)})
         c = max(1, self.own_classes)
         self.stats = GuardStats(np.zeros(c, np.float64), np.zeros(c, np.float64), np.zeros(7, np.float64),
-                                np.zeros(10, np.int64), np.full(2, np.nan))
+                                np.zeros(12, np.int64), np.full(2, np.nan))
         if params.test == "survival" and not params.horizon > 0:
             raise KvbedError(f"--param horizon: must be > 0, got {params.horizon}")
         self.cfg = GuardConfig(bool(params.abstain), self.ordered, float(params.min_separation),
@@ -376,6 +380,8 @@ class AbstainGuard:
             "min_separation": self.params.min_separation,
             "abstained_writes_share": round(float(st[3]) / st[2], 4) if st[2] else 0.0,
             "abstained_bytes_share": round(float(st[5]) / st[4], 4) if st[4] else 0.0,
+            "no_opinion_writes_share": round(float(st[10]) / st[2], 4) if st[2] else 0.0,
+            "no_opinion_bytes_share": round(float(st[11]) / st[4], 4) if st[4] else 0.0,
             "deaths_seen": int(st[1]),
             "switches": int(st[7]),
             "separation_at_end": None if np.isnan(sep) else round(sep, 4),

@@ -7,8 +7,10 @@ regenerated for issue 18 (the tier simulator's pin rule and S3-FIFO promotion mo
 trace) and issue 19 (figures added, kvbed's version masked: a bare checkout says 0.1.0+src; the old digests
 were checked on the same outputs; later fdp-predicted-afap alone, when --as-fast-as-possible's groups of
 queue_depth ops stopped restarting at every segment, which had made arrivals depend on the trace file's row
-groups: GC stall -0.3%, read p99 +1.4%). ``test_golden.py`` reruns the same commands and compares the figures
-first, so a failure names the figure that moved, then the digests.
+groups: GC stall -0.3%, read p99 +1.4%; later the four guarded-policy runs' result.json alone, when the
+guard reported its no-opinion shares apart: checked equal to the old digests with the two new keys dropped).
+``test_golden.py`` reruns the same commands and compares the figures first, so a failure names the figure that
+moved, then the digests.
 
 A digest is the sha256 of a JSON file after masking what varies by host or install (see _mask) and replacing
 the run's own directories by placeholders (the trace path is echoed in result.json), and of a Parquet file's

@@ -66,7 +66,7 @@ def test_hand_case_follows_only_once_the_deaths_separate_the_classes():
     assert _run(follow, _batch(), PROP) == [0, 0, 0, 0, 0, 0, 1, 0]
     d = follow.describe()
     assert d["deaths_seen"] == 4 and d["abstained_writes_share"] == 0.75 and d["separation_at_end"] == round(r, 4)
-    assert d["switches"] == 1
+    assert d["switches"] == 1 and d["no_opinion_writes_share"] == 0.0  # the guard held back all 6
     # confirm=2: the first separated decision (after 4 deaths) is not enough
     twice = AbstainGuard(2, AbstainParams(min_deaths=2, min_separation=r - 1e-9, confirm=2), ordered=True)
     assert _run(twice, _batch(), PROP) == [0] * 8
@@ -101,6 +101,22 @@ def test_no_opinion_is_class_zero_and_not_learned():
     g = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=0.0, confirm=1), ordered=True)
     assert _run(g, _batch(), [-1] * 8) == [0] * 8
     assert g.describe()["deaths_seen"] == 0
+
+
+def test_no_opinion_is_reported_apart_from_what_the_guard_held_back():
+    # write 1 has no opinion yet (as learned before its first fit), the rest the hand case's classes
+    prop = [-1] + PROP[1:]
+    off = AbstainGuard(2, AbstainParams(abstain=False), ordered=True)
+    assert _run(off, _batch(), prop) == [0, 1, 0, 1, 0, 1, 1, 0]
+    d = off.describe()  # unguarded: every abstained write is one without an opinion
+    assert d["abstained_writes_share"] == d["no_opinion_writes_share"] == 0.125
+    assert d["abstained_bytes_share"] == d["no_opinion_bytes_share"] == 0.125
+    # guarded: 1 dies unlearned (no class), then 3 (class 0: one class, no separation), 2 (class 1: both
+    # classes, followed from then on) and 4; so 5 and 6 are held back, 7 follows
+    on = AbstainGuard(2, AbstainParams(min_deaths=1, min_separation=-1.0, confirm=1), ordered=True)
+    assert _run(on, _batch(), prop) == [0, 0, 0, 0, 0, 0, 1, 0]
+    d = on.describe()  # writes 1-6 in class 0 without following: 1 for want of an opinion, 5 held back
+    assert (d["abstained_writes_share"], d["no_opinion_writes_share"], d["deaths_seen"]) == (0.75, 0.125, 3)
 
 
 @pytest.mark.parametrize("cut", [1, 5, 7, 11])

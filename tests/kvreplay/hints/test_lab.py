@@ -137,6 +137,9 @@ def test_report_table_and_plot_show_the_lab(labs, tmp_path_factory):
     guarded = load_run(out / "noisy-oracle")
     guarded.job["hint_policy"]["abstained_writes_share"] = 0.25  # as a guarded policy's describe() reports it
     assert "every write abstained on: 25.0% of writes)" in hint_lab_figure(guarded).axes[0].get_xlabel()
+    guarded.job["hint_policy"]["no_opinion_writes_share"] = 0.125  # of them, those it had no opinion on
+    assert "on: 25.0% of writes, 12.5% with no opinion)" in hint_lab_figure(guarded).axes[0].get_xlabel()
+    del guarded.job["hint_policy"]["no_opinion_writes_share"]
     del guarded.job["hint_policy"]["lab"]["accuracy_one_class"]  # a result from before the reference: the matrix's
     conf = np.array(labs["noisy-oracle"]["hint_policy"]["lab"]["confusion_writes"])
     assert f"{100 * conf.sum(axis=1).max() / conf.sum():.1f}%)" in hint_lab_figure(guarded).axes[0].get_title()
