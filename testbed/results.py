@@ -97,7 +97,7 @@ def latency_table(rows: list[tuple[str, int, int]]) -> pa.Table:
     })
 
 
-def _is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path) -> bool:
     """A directory kvbed wrote: its config.json (or result.json) is kvbed's, not just any file of that name."""
     for name, key in (("config.json", "kvbed_version"), ("result.json", "kvbed version")):
         try:
@@ -116,7 +116,7 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
     if out.exists() and not out.is_dir():
         raise KvbedError("exists and is not a directory", where=str(out))
     check_can_make_dir(out, str(out))
-    if out.is_dir() and any(out.iterdir()) and not _is_run_dir(out):
+    if out.is_dir() and any(out.iterdir()) and not is_run_dir(out):
         raise KvbedError("exists, is not empty and is not a kvbed run directory; choose another -o", where=str(out))
     return out
 

@@ -62,6 +62,14 @@ class Progress(Protocol):
     def advance(self, n: int) -> None: ...
 
 
+def pids_of_classes(n_classes: int, n_pids: int) -> np.ndarray:
+    """The placement id of each class: its own while there are enough; else adjacent classes share one (class k
+    to k * n_pids // n_classes), so a merge joins lifetime neighbours - a round-robin fold would put the longest
+    lived class beside the shortest. One id (a device without any): every class on it."""
+    k = np.arange(n_classes, dtype=np.int64)
+    return (k if n_classes <= n_pids else k * n_pids // n_classes).astype(np.int16)
+
+
 def _nice_window(span_ns: int, n: int = 256) -> int:
     raw = max(1, math.ceil(span_ns / n))
     mag = 10 ** int(math.floor(math.log10(raw)))
@@ -164,8 +172,11 @@ class Replay:
         if self.policy_cls.needs_future:
             self.policy.prepare(sc.future)
             sc.future = None  # the policy keeps what it needs (one int16 per write)
-        # classes beyond the device's placement ids share them round-robin (one id on a device without any)
-        self.pid_of_class = (np.arange(self.n_classes) % self.device.n_placement_ids).astype(np.int16)
+        self.pid_of_class = pids_of_classes(self.n_classes, self.device.n_placement_ids)
+        if self.n_classes > self.device.n_placement_ids > 1:
+            cfg.sizing.setdefault("notes", []).append(
+                f"{self.n_classes} hint classes on {self.device.n_placement_ids} placement ids: adjacent classes "
+                f"share one (per_class[].pid says which), so a class's lifetime neighbours are merged")
         self.evict_policy_source = None
         self.evict_policy = cfg.layout.evict_policy
         if self.evict_policy == "tier":

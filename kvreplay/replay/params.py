@@ -17,7 +17,8 @@ from kvbed.core.params import check_fields, param
 class ReplayParams:
     tier: str = param("ssd", "tier of the trace to replay on the device", choices=S.TIERS, cli=True)
     classes: int = param(0, "placement classes the hint policy uses; 0 = what the device separates "
-                            "(fdp: nruh x nrg, zns: up to 8 zone groups, conv: 1)")
+                            "(fdp: nruh x nrg, zns: up to 8 zone groups, conv: 1); more than the device's "
+                            "placement ids: adjacent classes share one (noted in the sizing)")
     fill_ratio: float = param(0.9, "peak live bytes of the tier / logical capacity, when the capacity is sized "
                                    "from the trace (an explicit logical_bytes overrides it)", cli=True)
     precondition: float = param(0.0, "fill this share of the device before the replay (counted apart); 0 = fresh",

@@ -185,7 +185,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
       kvbed replay mc.parquet --tiers cpu,cxl,ssd --tier-device cxl=cxl-ssd --hints ssd=oracle --on-hit best
     """
     from kvreplay.replay.engine import Replay, RunConfig, build_config
-    from testbed.results import check_out_dir, write_run
+    from testbed.results import check_out_dir, is_run_dir, write_run
     from testbed.runname import default_run_dir
 
     given = {k: v for k, v in options.items() if v is not None}
@@ -237,6 +237,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         else:
             cfg = build_config(trace, device or "fdp", hints or "none", list(params), given)
     out = check_out_dir(out or default_run_dir(cfg, on_vm=on_vm))
+    earlier = is_run_dir(out)
 
     with plot_helper(not no_plots) as helper, interruptible() as intr:
         intr.enter("replay")
@@ -258,6 +259,7 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     res = parts["result"]
     _warn_saturated(res)
     _note_index_key(res)
+    _note_replaced(earlier, run_dir)
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
     if res.get("interrupted"):
@@ -272,6 +274,12 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
         click.get_current_context().exit(1)
 
 
+def _note_replaced(earlier: bool, run_dir: Path) -> None:
+    """A run written over an earlier one says so: a report made of that directory described another run."""
+    if earlier:
+        click.echo(f"kvbed: note: replaced the earlier run in {run_dir}", err=True)
+
+
 def _is_multitier(config_path: Path) -> bool:
     try:
         return "tiers" in json.loads(config_path.read_text())
@@ -283,7 +291,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
                   on_hit: str | None, params: tuple[str, ...], config_path: Path | None, out: Path | None,
                   no_plots: bool, quiet: bool, as_json: bool, given: dict[str, Any]) -> None:
     from kvreplay.replay.multitier import MultiTierConfig, MultiTierReplay, build_multitier_config, parse_tier_map
-    from testbed.results import check_out_dir, write_run
+    from testbed.results import check_out_dir, is_run_dir, write_run
     from testbed.runname import default_run_dir
 
     if config_path is not None:
@@ -299,6 +307,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
         cfg = build_multitier_config(trace, names, parse_tier_map(tier_devices, "--tier-device", names), hint_map,
                                      list(params), {**given, "on_hit": on_hit})
     out = check_out_dir(out or default_run_dir(cfg))
+    earlier = is_run_dir(out)
     with plot_helper(not no_plots) as helper, interruptible() as intr:
         intr.enter("replay")
         with _progress(not quiet) as prog:
@@ -310,6 +319,7 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
     elif not quiet:
         _print_tiers_summary(_console(), parts, run_dir)
     _warn_saturated(res)
+    _note_replaced(earlier, run_dir)
     if res.get("error"):
         raise KvbedError(f"{res['error']} (partial result in {run_dir})")
     if res.get("interrupted"):

@@ -194,7 +194,7 @@ def _print_trace(res: Any, meta: Any, out: Path, as_json: bool) -> None:
 
 @click.group("trace")
 def trace() -> None:
-    """Import, synthesise, validate and summarise KV lifecycle traces (Parquet, format v1)."""
+    """Import, synthesise, validate and summarise KV lifecycle traces (Parquet, format v2; v1 still read)."""
 
 
 def _import_defaults() -> Any:
@@ -506,9 +506,11 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
 
     for title, rows in (("per tenant", s["tenants"]), ("per kind", s["kinds"])):
         t = Table(title=title, title_justify="left")
-        for c in ("name", "events", "objects", "persisted", "loads", "hits", "deletes", "invalidations",
+        for c in ("name", "events", "objects", "persisted (sum)", "loads (sum)", "hits", "deletes", "invalidations",
                   "lifetime p50", "lifetime p90"):
             t.add_column(c, justify="left" if c == "name" else "right")
+        t.caption = ("persisted, loads: summed over every tier (gpu, cpu, ssd...; a gpu persist is an HBM refill); "
+                     "the ops table above has them per tier")
         for g_ in rows:
             t.add_row(g_["name"], f"{g_['events']:,}", f"{g_['objects']:,}", fmt_bytes(g_["persist_bytes"]),
                       f"{g_['loads']:,}", f"{g_['hits']:,}", f"{g_['deletes']:,}", f"{g_['invalidations']:,}",

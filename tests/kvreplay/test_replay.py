@@ -14,7 +14,7 @@ import pytest
 from tests.support.cli import kvbed, ok, one_line_error
 from devicemodels.histogram import FIO_PERCENTILES, percentile_key
 from kvreplay import schema as S
-from kvreplay.replay.engine import Replay, build_config
+from kvreplay.replay.engine import Replay, build_config, pids_of_classes
 from tests.support.replay_fixtures import two_lifetimes
 from testbed.results import load_run, write_run
 
@@ -158,6 +158,34 @@ def test_oracle_lowers_waf_on_fdp(trace, tmp_path):
     guard = result(tmp_path / "type-guarded")["jobs"][0]["hint_policy"]
     assert guard["abstained_bytes_share"] < 1 and guard["separation_at_end"] >= 0.5  # it follows, and it pays
     assert wafs["type-guarded"] < wafs["none"]
+
+
+def test_more_classes_than_placement_ids_merge_lifetime_neighbours(tmp_path):
+    """16 oracle classes on 8 RUHs: pairs of adjacent classes share a RUH, which is the 8-class oracle again (its
+    classes are lifetime quantiles); the old round-robin fold put class 8 (long-lived) beside class 0 and gave
+    1.0899 against 1.0027 on the synthetic sample. The sizing notes say the classes were merged."""
+    assert pids_of_classes(16, 8).tolist() == [k // 2 for k in range(16)]
+    assert pids_of_classes(3, 8).tolist() == [0, 1, 2] and pids_of_classes(5, 1).tolist() == [0] * 5
+    assert pids_of_classes(8, 3).tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
+    sample = tmp_path / "s.parquet"
+    ok(kvbed("trace", "synth", "-o", sample))
+    runs = {}
+    for c in (8, 16):
+        replay_cli(sample, tmp_path / f"c{c}", "--hints", "oracle", "--param", f"classes={c}")
+        runs[c] = result(tmp_path / f"c{c}")
+    assert runs[16]["jobs"][0]["waf"] == runs[8]["jobs"][0]["waf"] < 1.01
+    assert [c["pid"] for c in runs[16]["jobs"][0]["per_class"]] == [k // 2 for k in range(16)]
+    notes = runs[16]["sizing"]["notes"]
+    assert any("16 hint classes on 8 placement ids" in n for n in notes)
+    assert not any("placement ids" in n for n in runs[8]["sizing"]["notes"])
+
+
+def test_a_run_written_over_an_earlier_one_says_so(trace, tmp_path):
+    first = replay_cli(trace, tmp_path / "r", "--hints", "none")
+    assert "replaced" not in first.stderr
+    again = replay_cli(trace, tmp_path / "r", "--hints", "oracle")
+    assert f"kvbed: note: replaced the earlier run in {tmp_path / 'r'}" in again.stderr
+    assert result(tmp_path / "r")["global options"]["hints"] == "oracle"
 
 
 def test_same_seed_same_bytes_and_rerun_from_config(trace, tmp_path):

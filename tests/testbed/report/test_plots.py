@@ -3,6 +3,8 @@ latencies never below 0, WAF differences as a change, titles and units; checked 
 
 from __future__ import annotations
 
+import copy
+
 import json
 
 import numpy as np
@@ -106,12 +108,39 @@ def test_report_shows_the_waf_change_against_the_first_run(runs):
     assert lo < 0 < hi and hi - lo <= 2 * 1.4 * max(map(abs, heights)) + 1e-9  # the range is the change's
     assert f"{100 * (wafs[1] / wafs[0] - 1):+.1f}%" in " ".join(t.get_text() for t in ax.texts)
     tail = next(a for a in fig.axes if a.get_title() == "tail latency of KV object loads")
-    assert tail.get_yscale() == "log" and tail.get_ylim()[0] > 0
+    bars = [b.get_height() for b in tail.patches]
+    assert max(bars) < 10 * min(bars)  # within a decade: a linear axis from 0, so heights compare as they are
+    assert tail.get_yscale() == "linear" and tail.get_ylim() == (0, pytest.approx(1.15 * max(bars)))
+    cdf = next(a for a in fig.axes if "CDF" in a.get_title())
+    assert len(set(_styles(cdf))) == len(runs)
+    assert all(line.get_ydata()[0] == 0 for line in cdf.get_lines())  # each CDF rises from 0, not mid-air
+
+
+def test_report_tails_over_decades_on_a_log_axis_from_a_decade_below(runs):
+    slow = copy.deepcopy(runs)
+    pct = slow[1].job["object_read"]["lat_ns"]["percentile"]
+    for k in ("99.000000", "99.900000"):
+        pct[k] *= 1000  # three decades above the other run's
+    fig = comparison_figure(slow)
+    tail = next(a for a in fig.axes if a.get_title() == "tail latency of KV object loads")
+    low = min(b.get_height() for b in tail.patches)
+    assert tail.get_yscale() == "log" and tail.get_ylim()[0] == 10 ** np.floor(np.log10(low))
     fig.canvas.draw()
     ticks = [t.get_text() for t in tail.yaxis.get_majorticklabels() + tail.yaxis.get_minorticklabels()]
     assert any(ticks) and not any("$" in t for t in ticks)  # plain numbers, as the run plots
-    cdf = next(a for a in fig.axes if "CDF" in a.get_title())
-    assert len(set(_styles(cdf))) == len(runs)
+
+
+def test_runs_that_wrote_different_bytes_compare_media_bytes_not_waf(runs):
+    """A recovery contract's headers add to the bytes WAF divides by: a contract that writes 3% more can show a
+    lower WAF. The report then compares media bytes, and says so."""
+    other = copy.deepcopy(runs)
+    job = other[1].job
+    job["user_bytes_written"] = runs[1].job["user_bytes_written"] * 103 // 100
+    job["media_bytes_written"] = runs[0].job["media_bytes_written"] * 103 // 100
+    fig = comparison_figure(other)
+    ax = next(a for a in fig.axes if "change" in a.get_ylabel())
+    assert ax.get_ylabel().startswith("media bytes written change") and "not WAF" in ax.get_title()
+    assert [p.get_height() for p in ax.patches] == pytest.approx([0.0, 3.0], abs=1e-6)
 
 
 def test_the_waf_plot_says_how_long_its_windows_are(runs):
