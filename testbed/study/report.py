@@ -406,9 +406,13 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
             continue
         ranked.sort()
         every = [c[4] for _, _, ch in ranked for c in ch]
-        if all(v is False for v in every):
+        # same in every seed and equal to none: no change at all, so no interval is needed to say so
+        unchanged = sum(c[4] == SAME and c[0] == 0 for _, _, ch in ranked for c in ch)
+        if False in every and sum(v is False for v in every) + unchanged == len(every):
             out.append(f"On {dev}, no hint policy changes end-to-end WAF beyond the 95% intervals against none "
-                       f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings).")
+                       f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings)" +
+                       (f"; {unchanged} of the {len(every)} comparisons gave none's value in every seed"
+                        if unchanged else "") + ".")
             continue
         lines = []
         for mean, h, ch in ranked:
@@ -455,7 +459,7 @@ def _few_seeds_findings(a: Any) -> list[str]:
     two = a[(a["count"] == 2) & a["ci95"].notna()]
     if two.empty:
         return []
-    return [f"{len(two)} of {len(a)} means of end-to-end WAF come from 2 seeds: a 95% interval from 2 samples is "
+    return [f"{len(two)} of the {len(a)} means of end-to-end WAF have an interval from 2 seeds: one from 2 samples is "
             f"the mean ± {_T2:.1f} standard errors, often wider than the mean, so few differences can exceed it; "
             "use 3 seeds or more."]
 
@@ -494,11 +498,11 @@ def _beyond(ch: list[tuple]) -> str:
                 ": the result does not vary with the seed (no interval)")
     parts = [f"{sum(c[4] for c in with_ci)} of {len(with_ci)} beyond the 95% intervals"] if with_ci else []
     if same:
-        parts.append(f"{same} setting(s) with the same values in every seed: there the result does not vary with "
-                     "the seed (no interval)")
+        parts.append(f"at {same} {'more ' if with_ci else ''}setting(s) it and none gave one value in every seed: "
+                     "there the result does not vary with the seed, no interval")
     if one:
-        parts.append(f"{one} from 1 seed: no interval")
-    return parts[0] + (f" ({'; '.join(parts[1:])})" if len(parts) > 1 else "")
+        parts.append(f"{one} {'more ' if with_ci else ''}from 1 seed: no interval")
+    return "; ".join(parts)
 
 
 def md_table(df: Any, cols: list[str], metrics: list[str]) -> str:

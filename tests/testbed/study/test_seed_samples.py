@@ -61,8 +61,8 @@ def test_findings_do_not_count_identical_runs_as_beyond_the_intervals():
     assert "beyond" not in oracle and "does not vary with the seed" in oracle, oracle
     noisy = next(s for s in got if s.startswith("fdp, noisy "))
     # 0.07: |1.09 - 1.1153| = 0.0253 > 0.0248 (none exact): beyond; 0.28: both identical over the seeds
-    assert noisy.endswith("1 of 1 beyond the 95% intervals (1 setting(s) with the same values in every seed: there "
-                          "the result does not vary with the seed (no interval))."), noisy
+    assert noisy.endswith("1 of 1 beyond the 95% intervals; at 1 more setting(s) it and none gave one value in every "
+                          "seed: there the result does not vary with the seed, no interval."), noisy
 
 
 def test_every_setting_identical_says_the_seed_does_not_matter():
@@ -74,13 +74,23 @@ def test_every_setting_identical_says_the_seed_does_not_matter():
     assert "beyond" not in " ".join(findings(_table(same), DOC))
 
 
+def test_no_change_anywhere_is_said_once_identical_settings_included():
+    # 0.07 varies with the seed and oracle stays within none's interval; 0.28 gives none's value in every seed
+    wafs = {(0.07, "none"): (1.10, 1.20, 1.15), (0.07, "oracle"): (1.11, 1.19, 1.16),
+            (0.28, "none"): (1.02,) * 3, (0.28, "oracle"): (1.02,) * 3}
+    head = [s for s in findings(_table(wafs), DOC) if "fdp" in s]
+    # 0.07: 1.1533 / 1.15 - 1 = +0.29%, 0.28: 0%: +0.14% on average
+    assert head == ["On fdp, no hint policy changes end-to-end WAF beyond the 95% intervals against none (oracle "
+                    "+0.14% on average over the settings); 1 of the 2 comparisons gave none's value in every seed."]
+
+
 def test_two_seeds_get_a_warning_about_their_intervals():
     two = {(0.07, "none"): (1.10, 1.20), (0.07, "oracle"): (1.00, 1.05)}
     df = _table(two)
     note = interval_note(summarize(df, DOC, ["end_to_end_waf"]))
     assert "2 seeds: an interval from 2 samples is the mean ± 12.7 standard errors" in note, note
     got = findings(df, DOC)
-    assert got[-1].startswith("2 of 2 means of end-to-end WAF come from 2 seeds"), got
+    assert got[-1].startswith("2 of the 2 means of end-to-end WAF have an interval from 2 seeds"), got
     three = {(0.07, "none"): (1.10, 1.20, 1.15), (0.07, "oracle"): (1.00, 1.05, 1.02)}
     assert not any("2 seeds" in s for s in findings(_table(three), DOC))
     assert "2 seeds" not in interval_note(summarize(_table(three), DOC, ["end_to_end_waf"]))
