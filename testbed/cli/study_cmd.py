@@ -29,9 +29,11 @@ def study() -> None:
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print the expanded grid as JSON")
 def validate_cmd(spec: Path, as_json: bool) -> None:
-    """Expand the grid and check every point's keys and values (ranges included) as the replay would, without
-    reading a trace; print the number of points, the axes and the traces to build (--json: the same as JSON).
-    Exit status: 0 valid, 2 bad spec (one line naming the file, line and key)."""
+    """Check every point of the grid; print the number of points, the axes and the traces to build.
+
+    Every point's keys and values, ranges included, are checked as the replay would check them, without reading
+    a trace (--json: the same counts as JSON). Exit status: 0 valid, 2 bad spec (one line naming the file, line
+    and key)."""
     from testbed.study.spec import load
 
     st = load(spec)
