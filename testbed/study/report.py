@@ -40,7 +40,7 @@ from testbed.humanize import fmt_bytes, fmt_ns
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
 from testbed.study.labreport import lab_findings, oracle_share_figure
 from testbed.study.table import setting_label
-from testbed.study.vocabulary import column_label
+from testbed.study.vocabulary import SUMS, column_label
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
 _T2 = 12.706  # the 95% Student-t factor of a mean of 2 samples (testbed.study.table.t975(2))
@@ -629,7 +629,9 @@ def write_report(study_dir: Path) -> list[Path]:
     body.append(f"<p>{html.escape(overview)}</p><h2>Findings</h2><ul>")
     body += [f"<li>{html.escape(s)}</li>" for s in found] + [f"</ul><h2>Summary ({html.escape(note)})</h2>"]
     if not summary.empty:
-        body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
+        shown = summary.rename(columns=lambda c: f"{c} ({SUMS[c.rsplit('_', 1)[0]]})"
+                               if c.rsplit("_", 1)[0] in SUMS and c.endswith(("_mean", "_ci95")) else c)
+        body.append(shown.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
     if not sat.empty:
         body.append("<h2>Saturated points</h2><p>Latency tails measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.</p><ul>" + "".join(
             f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(setting_label(r, [*cols, 'policy']))}, seed "

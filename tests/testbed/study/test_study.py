@@ -179,6 +179,9 @@ def test_reduced_study_runs_end_to_end(reduced):
     assert (df["ref_hit_ratio_gpu"] < df["lookup_hit_ratio_gpu"]).all()
     for f in ("table.csv", "summary.csv", "report.md", "report.html", "plots/waf_by_hints.png"):
         assert (reduced / f).exists(), f
+    # the GC stall is a sum over stalls, and each report says so
+    assert "gc_stall_total_ns (sum over stalls)" in (reduced / "report.md").read_text()
+    assert "gc_stall_total_ns_mean (sum over stalls)" in (reduced / "report.html").read_text()
     summary = (reduced / "summary.csv").read_text().splitlines()
     assert len(summary) == 1 + 8 and "end_to_end_waf_ci95" in summary[0]
     # every point is an ordinary run directory: kvbed replay --config reruns it to the same result
