@@ -29,7 +29,10 @@ FINDINGS_INTRO = """# What kvbed finds
 The example studies (`studies/*.toml`) on this repository's traces (the Mooncake conversation trace and the
 synthetic multi-tenant trace), as `make studies` last wrote them: this page is generated from each study's
 table by `scripts/studies_docs.py` (do not edit by hand). A policy's change counts as real only beyond both
-95% intervals. How a study is specified and run: [Studies](guides/studies.md); their plots: [Gallery](gallery.md).
+95% intervals. Where a policy and none each gave one value in every seed (a policy the seed does not change, on
+an imported trace), that is one sample, not an interval: such a setting is said not to vary with the seed and is
+not counted as beyond the intervals. How a study is specified and run: [Studies](guides/studies.md); their plots:
+[Gallery](gallery.md).
 """
 
 #: after the studies: what the trace itself says about eviction (figures from a saved figure set, rendered here)

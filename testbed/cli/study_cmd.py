@@ -29,7 +29,11 @@ def study() -> None:
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print the expanded grid as JSON")
 def validate_cmd(spec: Path, as_json: bool) -> None:
-    """Expand the grid and check every key and value as the CLI would; print the points and traces."""
+    """Check every point of the grid; print the number of points, the axes and the traces to build.
+
+    Every point's keys and values, ranges included, are checked as the replay would check them, without reading
+    a trace (--json: the same counts as JSON). Exit status: 0 valid, 2 bad spec (one line naming the file, line
+    and key)."""
     from testbed.study.spec import load
 
     st = load(spec)
@@ -140,12 +144,17 @@ def _drop_report(out: Path) -> None:
 @click.argument("study_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print every point's state as JSON")
 def status_cmd(study_dir: Path, as_json: bool) -> None:
-    """Which points are done, failed (with their error) or missing."""
+    """Which points are done, failed (with their error) or missing.
+
+    Exit status: 0 no point failed (some may be missing: see the counts), 1 some points failed, 2 not a
+    study directory."""
     from testbed.study.run import status
 
     st = status(study_dir)
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
+        if st["counts"]["failed"]:
+            sys.exit(1)
         return
     c = st["counts"]
     click.echo(f"{st['name']}: {len(st['points'])} points: {c['done']} done, {c['failed']} failed, "
@@ -155,6 +164,8 @@ def status_cmd(study_dir: Path, as_json: bool) -> None:
             axes = ", ".join(f"{k}={v}" for k, v in p["axes"].items())
             click.echo(f"  {p['state']:8s} runs/{p['run_hash']} ({axes}; seed {p['seed']})"
                        + (f": {p['error']}" if p["error"] else ""))
+    if c["failed"]:
+        sys.exit(1)
 
 
 @study.command("report")

@@ -11,7 +11,8 @@ the mean over its seeds; a policy's share is the mean over the settings, with th
 it, the worst end-to-end WAF change against the grid's own ``none`` points (mean over seeds per setting), so
 whether a policy is ever more than 1% worse than no hints is visible. ``none`` and ``oracle`` are the
 references (0 and 1 by definition), so they get no share of their own; the best *practical* policy is the
-best of the rest that is not an oracle with errors (``noisy-oracle``).
+best of the rest that did not read the future (its runs' ``hint_policy.offline``, so a plugin oracle is none)
+and is not an oracle with errors (``noisy-oracle``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,19 @@ REFERENCES = ("none", "oracle")  # the share's 0 and 1: no share of their own
 WORSE_LIMIT = 0.01  # "never more than 1% worse than no hints" (issue 23)
 
 
-def is_practical(policy: str) -> bool:
-    """A policy a running system could use: not a reference, not an oracle with errors."""
-    return policy not in REFERENCES and not policy.startswith("noisy-oracle")
+def is_practical(policy: str, offline: bool = False) -> bool:
+    """A policy a running system could use: not one that read the future (``offline``, as its runs recorded:
+    a plugin oracle is one whatever its name), not a reference, not an oracle with errors."""
+    return not offline and policy not in REFERENCES and not policy.startswith("noisy-oracle")
+
+
+def offline_policies(df: Any) -> set[str]:
+    """The policies whose finished runs recorded that they read the future (result.json's
+    ``jobs[].hint_policy.offline``; the table's ``hint_offline``)."""
+    if "hint_offline" not in df.columns:
+        return set()
+    ok = df[df["status"] == "ok"]
+    return set(ok.loc[ok["hint_offline"].astype("boolean").fillna(False).astype(bool), "policy"])
 
 
 def per_setting(df: Any, cols: list[str]) -> Any:
@@ -43,10 +54,11 @@ def per_setting(df: Any, cols: list[str]) -> Any:
         return None
     keys = ["device", *cols, "policy"]
     g = ok.groupby(keys, sort=False, dropna=False)
-    per = g[SHARE].agg(["mean", "std", "count"]).reset_index()
+    per = g[SHARE].agg(["mean", "std", "count", "nunique"]).reset_index().rename(columns={"nunique": "distinct"})
     per["waf"] = g["end_to_end_waf"].mean().to_numpy()
-    per["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s else np.nan
-                   for s, n in zip(per["std"], per["count"])]
+    # seeds that all gave one share are one sample: no interval (as from 1 seed)
+    per["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s and u > 1 else np.nan
+                   for s, n, u in zip(per["std"], per["count"], per["distinct"])]
     per["setting"] = [setting_label(r, cols) for _, r in per.iterrows()]
     base = {(r["device"], r["setting"]): r["waf"] for _, r in per[per["policy"] == "none"].iterrows()}
     per["none_waf"] = [base.get((r["device"], r["setting"]), np.nan) for _, r in per.iterrows()]
@@ -62,7 +74,11 @@ def _seeds(d: Any) -> str:
     n = sorted(set(int(c) for c in d["count"]))
     if n == [1]:
         return "1 seed per setting"
-    return f"the mean over {'/'.join(map(str, n))} seeds per setting"
+    same = int(((d["count"] >= 2) & (d["distinct"] == 1)).sum())
+    text = f"the mean over {'/'.join(map(str, n))} seeds per setting"
+    if same:  # a share the seed does not change is one sample, whatever the seed count
+        text += f"; {same} of the {len(d)} shares (policy x setting) the same in every seed"
+    return text
 
 
 def _best_by_trace(d: Any, cols: list[str]) -> str:
@@ -84,6 +100,7 @@ def lab_findings(df: Any, cols: list[str]) -> list[str]:
     per = per_setting(df, cols)
     if per is None:
         return []
+    offline = offline_policies(df)
     out: list[str] = []
     for dev in dict.fromkeys(per["device"]):
         d = per[(per["device"] == dev) & ~per["policy"].isin(REFERENCES) & per["mean"].notna()]
@@ -96,12 +113,12 @@ def lab_findings(df: Any, cols: list[str]) -> list[str]:
         ranked.sort(key=lambda t: -t[0])
         n = len(dict.fromkeys(d["setting"]))
         what = f"share of the oracle's WAF cut captured = {FORMULA}; {_seeds(d)}"
-        practical = [t for t in ranked if is_practical(t[1])]
+        practical = [t for t in ranked if is_practical(t[1], t[1] in offline)]
         if practical:
             m, h, s = practical[0]
             out.append(f"{dev}: the best practical hint policy, {h}, captures {_pct(m)} of the oracle's end-to-end "
                        f"WAF cut on average over {len(s)} setting(s) ({what}).")
-            by_trace = _best_by_trace(d[d["policy"].map(is_practical)], cols)
+            by_trace = _best_by_trace(d[d["policy"].map(lambda h: is_practical(h, h in offline))], cols)
             if by_trace:
                 out.append(f"{dev}, the best practical hint policy by trace (share of the oracle's cut, mean over "
                            f"the trace's settings): {by_trace}.")
@@ -200,7 +217,11 @@ def oracle_share_figure(df: Any, cols: list[str]) -> Any:
         ax.set_xticks(x, [g.replace(", ", "\n") for g in groups], fontsize=7)
         ax.set_ylabel("share of the oracle's\nend-to-end WAF cut (%)")
         seeds = sorted(set(int(c) for c in d["count"]))
-        note = " (1 seed: no interval)" if seeds == [1] else " (mean ± 95% CI over seeds)"
+        same = (d["count"] >= 2) & (d["distinct"] == 1)
+        note = " (1 seed: no interval)" if seeds == [1] else \
+            " (the same in every seed: no interval)" if same.all() else \
+            " (mean ± 95% CI over seeds; no CI bar: the same in every seed)" if same.any() else \
+            " (mean ± 95% CI over seeds)"
         ax.set_title(f"{dev}: share of the oracle's WAF cut captured, by hint policy per setting{note}",
                      fontsize=10)
         ax.grid(axis="y", alpha=0.3)

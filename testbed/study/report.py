@@ -40,8 +40,10 @@ from testbed.humanize import fmt_bytes, fmt_ns
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
 from testbed.study.labreport import lab_findings, oracle_share_figure
 from testbed.study.table import setting_label
+from testbed.study.vocabulary import SUMS, column_label
 
 MAX_GROUPS = 12  # settings shown side by side in one bar plot
+_T2 = 12.706  # the 95% Student-t factor of a mean of 2 samples (testbed.study.table.t975(2))
 
 
 def _fmt(metric: str, v: Any) -> str:
@@ -72,21 +74,48 @@ def _agg(df: Any, keys: list[str], metric: str) -> Any:
 
     ok = df[df["status"] == "ok"]
     g = ok.groupby(keys, sort=False, dropna=False)[metric]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    # no interval from fewer than 2 seeds: NaN, never a zero-width interval that reads as a certain value
-    out["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s else float("nan")
-                   for s, n in zip(out["std"], out["count"])]
+    out = g.agg(["mean", "std", "count", "nunique"]).reset_index().rename(columns={"nunique": "distinct"})
+    # no interval from fewer than 2 seeds, nor from seeds that all gave one value (one sample): NaN, never a
+    # zero-width interval that reads as a certain value
+    out["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s and u > 1 else float("nan")
+                   for s, n, u in zip(out["std"], out["count"], out["distinct"])]
     return out
 
 
-def interval_note(summary: Any) -> str:
-    """What a summary's '±' stands for: the 95% CI over seeds, and which rows have none (fewer than 2 seeds)."""
-    n = summary["n"] if "n" in getattr(summary, "columns", ()) else []
+def identical(r: Any) -> bool:
+    """An aggregate row (``_agg``) whose 2 or more seeds all gave one value: a single sample, no interval."""
+    return r["count"] >= 2 and r["distinct"] == 1
+
+
+def interval_note(summary: Any, metrics: list[str] | None = None) -> str:
+    """What a summary's '±' stands for: the 95% CI over seeds; which values have none (1 seed, or seeds that
+    all gave that value: one sample); and that an interval from 2 seeds is wide (t = 12.7)."""
+    cols = getattr(summary, "columns", ())
+    n = summary["n"] if "n" in cols else []
     if len(n) and (n < 2).all():
         return "mean; 1 seed: no interval"
+    parts = ["mean ± 95% CI over seeds"]
     if len(n) and (n < 2).any():
-        return "mean ± 95% CI over seeds; rows from 1 seed: no interval"
-    return "mean ± 95% CI over seeds"
+        parts.append("rows from 1 seed: no interval")
+    dist = [c for c in cols if c.endswith("_distinct") and (metrics is None or c[:-len("_distinct")] in metrics)]
+    if len(n) and any(((summary[c] == 1) & (n >= 2)).any() for c in dist):
+        parts.append("'identical over N seeds': every seed gave that value, so it is one sample with no interval")
+    if len(n) and (n == 2).any():
+        parts.append(f"{'rows from ' if (n != 2).any() else ''}2 seeds: an interval from 2 samples is the mean "
+                     f"± {_T2:.1f} standard errors, often wider than the mean; use 3 seeds or more")
+    return "; ".join(parts)
+
+
+def _cell(metric: str, r: Any) -> str:
+    """A summary cell: mean ± 95% CI, or the mean marked as identical over the seeds (one sample)."""
+    mean, ci = r.get(f"{metric}_mean"), r.get(f"{metric}_ci95")
+    distinct, n = r.get(f"{metric}_distinct"), r.get("n")
+    text = _fmt(metric, mean)
+    if ci is not None and ci == ci:
+        return f"{text} ± {_fmt(metric, ci)}"
+    if distinct == 1 and n is not None and n >= 2:
+        return f"{text} (identical over {int(n)} seeds)"
+    return text
 
 
 def _png(fig: Any) -> bytes:
@@ -193,12 +222,19 @@ def _bar_value(metric: str, v: float) -> str:
 
 
 def _no_interval_note(a: Any) -> str:
-    """A plot title's note when some of its means come from 1 seed (drawn without an interval)."""
+    """A plot title's note when some of its means have no interval (1 seed, or seeds identical: one sample)."""
     n = a["count"]
+    same = (n >= 2) & (a["distinct"] == 1) if "distinct" in a.columns else n < 0
     if len(n) and (n < 2).all():
         return " (1 seed: no interval)"
-    if len(n) and (n < 2).any():
-        return " (bars without an interval: 1 seed)"
+    if len(n) and same.all():
+        return " (identical over the seeds: no interval)"
+    if len(n) and ((n < 2) | same).all():
+        return " (1 seed or identical over the seeds: no interval)"
+    if len(n) and ((n < 2) | same).any():
+        why = "1 seed or identical over the seeds" if (n < 2).any() and same.any() else \
+            "1 seed" if (n < 2).any() else "identical over the seeds"
+        return f" (95% CI over seeds; bars without one: {why})"
     return " (95% CI over seeds)"
 
 
@@ -361,10 +397,8 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
             for _, r in d[d["policy"] == h].iterrows():
                 b = base.get(setting_label(r, cols))
                 if b is not None and b["mean"]:
-                    # None: a side has 1 seed, so no interval and no claim either way
-                    sig = None if r["ci95"] != r["ci95"] or b["ci95"] != b["ci95"] else \
-                        bool(abs(r["mean"] - b["mean"]) > r["ci95"] + b["ci95"])
-                    changes.append(((r["mean"] - b["mean"]) / b["mean"], setting_label(r, cols), b["mean"], r["mean"], sig))
+                    changes.append(((r["mean"] - b["mean"]) / b["mean"], setting_label(r, cols), b["mean"], r["mean"],
+                                    _significance(r, b)))
             if changes:
                 mean = sum(c[0] for c in changes) / len(changes)
                 ranked.append((mean, h, changes))
@@ -372,9 +406,13 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
             continue
         ranked.sort()
         every = [c[4] for _, _, ch in ranked for c in ch]
-        if all(v is False for v in every):
+        # same in every seed and equal to none: no change at all, so no interval is needed to say so
+        unchanged = sum(c[4] == SAME and c[0] == 0 for _, _, ch in ranked for c in ch)
+        if False in every and sum(v is False for v in every) + unchanged == len(every):
             out.append(f"On {dev}, no hint policy changes end-to-end WAF beyond the 95% intervals against none "
-                       f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings).")
+                       f"({', '.join(f'{h} {100 * m:+.2f}%' for m, h, _ in ranked)} on average over the settings)" +
+                       (f"; {unchanged} of the {len(every)} comparisons gave none's value in every seed"
+                        if unchanged else "") + ".")
             continue
         lines = []
         for mean, h, ch in ranked:
@@ -383,15 +421,47 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
                     f"({100 * hi[0]:+.1f}%)" if len(ch) > 1 else f" ({ch[0][2]:.4f} -> {ch[0][3]:.4f})"
             lines.append(f"{h} {100 * mean:+.1f}% on average over {len(ch)} setting(s){where}; {_beyond(ch)}")
         best = ranked[0]
-        none_sig = all(v is None for v in every)
+        if all(v is None for v in every):
+            tail = "; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation."
+        elif all(v == SAME for v in every):
+            tail = ("; every policy and none gave the same value in every seed at every setting: the result does "
+                    "not vary with the seed, so there is no interval to exceed.")
+        elif all(v is None or v == SAME for v in every):
+            tail = "; no interval at any setting (1 seed, or the same value in every seed)."
+        else:
+            tail = "."
         out.append(f"On {dev}, {best[1]} hints change end-to-end WAF the most against none "
-                   f"({100 * best[0]:+.1f}% on average over the settings)" +
-                   ("; 1 seed: no interval, so no change is shown to exceed seed-to-seed variation." if none_sig
-                    else "."))
+                   f"({100 * best[0]:+.1f}% on average over the settings)" + tail)
         out += [f"{dev}, {line}." for line in lines]
     out += fault_findings(df, cols)
     out += _saturation_findings(df)
+    out += _few_seeds_findings(a)
     return out
+
+
+SAME = "same"  # a comparison of two values each identical over their seeds: no interval on either side
+
+
+def _significance(r: Any, b: Any) -> bool | str | None:
+    """Whether a policy's mean (``r``) differs from none's (``b``) beyond both 95% intervals: None when a side
+    has 1 seed; SAME when both sides gave one value in every seed (no interval: not counted as beyond); a side
+    identical over its seeds is exact there, so the other side's interval alone decides."""
+    if r["count"] < 2 or b["count"] < 2:
+        return None
+    if identical(r) and identical(b):
+        return SAME
+    width = sum(0.0 if identical(x) else x["ci95"] for x in (r, b))
+    return bool(abs(r["mean"] - b["mean"]) > width)
+
+
+def _few_seeds_findings(a: Any) -> list[str]:
+    """A sentence when means come from 2 seeds: their 95% intervals are too wide to say much."""
+    two = a[(a["count"] == 2) & a["ci95"].notna()]
+    if two.empty:
+        return []
+    return [f"{len(two)} of the {len(a)} means of end-to-end WAF have an interval from 2 seeds: one from 2 samples is "
+            f"the mean ± {_T2:.1f} standard errors, often wider than the mean, so few differences can exceed it; "
+            "use 3 seeds or more."]
 
 
 def _saturated(df: Any) -> Any:
@@ -416,25 +486,33 @@ def _saturation_findings(df: Any) -> list[str]:
 
 
 def _beyond(ch: list[tuple]) -> str:
-    """'2 of 3 beyond the 95% intervals', counting only the settings where both sides have an interval."""
-    with_ci = [c for c in ch if c[4] is not None]
-    if not with_ci:
+    """'2 of 3 beyond the 95% intervals', counting only the settings with an interval on a side; those where
+    both sides gave one value in every seed are said not to vary with the seed, those from 1 seed to have none."""
+    with_ci = [c for c in ch if c[4] is not None and c[4] != SAME]
+    same = sum(c[4] == SAME for c in ch)
+    one = sum(c[4] is None for c in ch)
+    if not with_ci and not same:
         return "1 seed: no interval"
-    text = f"{sum(c[4] for c in with_ci)} of {len(with_ci)} beyond the 95% intervals"
-    if len(with_ci) < len(ch):
-        text += f" ({len(ch) - len(with_ci)} more from 1 seed: no interval)"
-    return text
+    if not with_ci and not one:
+        return ("the same values in every seed at " + ("every setting" if same > 1 else "its setting") +
+                ": the result does not vary with the seed (no interval)")
+    parts = [f"{sum(c[4] for c in with_ci)} of {len(with_ci)} beyond the 95% intervals"] if with_ci else []
+    if same:
+        parts.append(f"at {same} {'more ' if with_ci else ''}setting(s) it and none gave one value in every seed: "
+                     "there the result does not vary with the seed, no interval")
+    if one:
+        parts.append(f"{one} {'more ' if with_ci else ''}from 1 seed: no interval")
+    return "; ".join(parts)
 
 
 def md_table(df: Any, cols: list[str], metrics: list[str]) -> str:
     sat = "saturated_points" in df.columns and bool((df["saturated_points"].fillna(0) > 0).any())
-    head = cols + ["n"] + metrics + (["saturated"] if sat else [])
-    lines = ["| " + " | ".join(c.split(".")[-1] for c in head) + " |", "|" + "---|" * len(head)]
+    head = [c.split(".")[-1] for c in cols] + ["n"] + [column_label(m) for m in metrics] + \
+        (["saturated"] if sat else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in df.iterrows():
         cells = [str(r[c]) for c in cols] + [str(int(r["n"]))]
-        for m in metrics:
-            mean, ci = r.get(f"{m}_mean"), r.get(f"{m}_ci95")
-            cells.append(_fmt(m, mean) + (f" ± {_fmt(m, ci)}" if ci is not None and ci == ci else ""))
+        cells += [_cell(m, r) for m in metrics]
         if sat:
             k = int(r["saturated_points"]) if r["saturated_points"] == r["saturated_points"] else 0
             cells.append(f"**{k} of {int(r['n'])}**" if k else "")
@@ -453,9 +531,7 @@ def pivot_markdown(summary: Any, doc: dict[str, Any], metric: str = "end_to_end_
     cells: dict[tuple, dict[str, str]] = {}
     for _, r in summary.iterrows():
         key = tuple("" if r[a] != r[a] or r[a] is None else str(r[a]) for a in rows)
-        mean, ci = r.get(f"{metric}_mean"), r.get(f"{metric}_ci95")
-        cells.setdefault(key, {})[r["policy"]] = _fmt(metric, mean) + (
-            f" ± {_fmt(metric, ci)}" if ci is not None and ci == ci else "")
+        cells.setdefault(key, {})[r["policy"]] = _cell(metric, r)
     head = [a.split(".")[-1] for a in rows] + hints
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, c in cells.items():
@@ -486,7 +562,7 @@ def write_report(study_dir: Path) -> list[Path]:
             if png:
                 plots["waf_by_hints.png"] = png
         elif name == "gc_stall_by_hints":
-            png = _bars(df, doc, "gc_stall_ns", "foreground GC stall,\nsum over stalls (s)", 1e-9)
+            png = _bars(df, doc, "gc_stall_total_ns", "foreground GC stall,\nsum over stalls (s)", 1e-9)
             if png:
                 plots["gc_stall_by_hints.png"] = png
         elif name == "waf_vs_axis":
@@ -526,9 +602,9 @@ def write_report(study_dir: Path) -> list[Path]:
     md += [overview, "", "## Findings", ""]
     md += [f"- {s}" for s in found] + [""]
     by_hints = pivot_markdown(summary, doc)
-    note = interval_note(summary)
+    note = interval_note(summary, metrics)
     if by_hints:
-        md += [f"## End-to-end WAF by hint policy ({note})", "", by_hints, ""]
+        md += [f"## End-to-end WAF by hint policy ({interval_note(summary, ['end_to_end_waf'])})", "", by_hints, ""]
     md += [f"## Summary ({note})", ""]
     md += [md_table(summary, keys, metrics) if not summary.empty else "No point has finished yet.", ""]
     sat = _saturated(df)
@@ -553,7 +629,9 @@ def write_report(study_dir: Path) -> list[Path]:
     body.append(f"<p>{html.escape(overview)}</p><h2>Findings</h2><ul>")
     body += [f"<li>{html.escape(s)}</li>" for s in found] + [f"</ul><h2>Summary ({html.escape(note)})</h2>"]
     if not summary.empty:
-        body.append(summary.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
+        shown = summary.rename(columns=lambda c: f"{c} ({SUMS[c.rsplit('_', 1)[0]]})"
+                               if c.rsplit("_", 1)[0] in SUMS and c.endswith(("_mean", "_ci95")) else c)
+        body.append(shown.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.6g}"))
     if not sat.empty:
         body.append("<h2>Saturated points</h2><p>Latency tails measure queueing behind a device that cannot keep up (GC work included), not single GC stalls.</p><ul>" + "".join(
             f"<li><code>{html.escape(r['run_dir'])}</code> ({html.escape(setting_label(r, [*cols, 'policy']))}, seed "

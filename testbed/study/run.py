@@ -11,7 +11,7 @@ traces/<hash>.parquet       one per distinct trace setting (hash of its settings
 runs/<hash>/                an ordinary replay run directory per point (rerun with ``kvbed replay
                             --config``), plus point.json; ``runs/<hash>.error.json`` for a failed point
 table.parquet, table.csv    one row per point (testbed.study.table)
-summary.csv                 mean and 95% CI across seeds
+summary.csv                 mean, 95% CI and distinct values across seeds
 report.md, report.html      the report (testbed.study.report), plots in plots/
 =========================== ===========================================================================
 

@@ -38,7 +38,7 @@ from kvbed.core.errors import KvbedError
 from kvbed.core.params import field_types, to_dict, with_overrides
 from kvbed.core.version import __version__
 from kvreplay.schema import FORMAT_VERSION
-from testbed.study.vocabulary import DEFAULT_METRICS, METRICS, PLOTS, UNSET
+from testbed.study.vocabulary import DEFAULT_METRICS, METRICS, OLD_NAMES, PLOTS, UNSET, metric_name
 
 STUDY_KEYS = ("name", "description", "seeds", "repeats", "metrics", "plots")
 TRACE_KINDS = ("path", "import", "synth")
@@ -245,7 +245,8 @@ def load(path: str | Path) -> Study:
     if len(set(seeds)) != len(seeds):
         raise spec.error("study", "seeds", f"seeds repeat: {seeds}")
     metrics = study.get("metrics", list(DEFAULT_METRICS))
-    _names_list(spec, "metrics", metrics, METRICS)
+    _names_list(spec, "metrics", metrics, {**METRICS, **OLD_NAMES})
+    metrics = [metric_name(m) for m in metrics]
     plots = study.get("plots", list(PLOTS))
     _names_list(spec, "plots", plots, PLOTS)
     desc = study.get("description", "")
@@ -339,7 +340,8 @@ def _point(spec: _Spec, index: int, base: dict[str, dict[str, Any]], setting: di
             where[f"replay.{rest}"] = (sec_name, key)
 
     def err(full: str, message: str) -> KvbedError:
-        sec, key = where.get(full, (full.split(".")[0], full.split(".", 1)[1]))
+        sec, _, key = full.partition(".")  # "trace": the section itself
+        sec, key = where.get(full, (sec, key))
         return spec.error(sec, key, message)
 
     ts = _trace_setting(spec, trace, seed, err, checked)
@@ -351,6 +353,7 @@ def _point(spec: _Spec, index: int, base: dict[str, dict[str, Any]], setting: di
             raise err(f"replay.{k}", f"expected a name, got {v!r}")
     if device not in DEVICES:
         raise err("replay.device", f"unknown device {device!r} (choose from: {', '.join(DEVICES.names())})")
+    hints = _plugin_path(spec, hints)
     try:
         HINTS.get(hints)  # a registered name, an entry point, or module:Class / path/file.py:Class
     except KvbedError as exc:
@@ -380,7 +383,39 @@ def _point(spec: _Spec, index: int, base: dict[str, dict[str, Any]], setting: di
             Point(index, {}, seed, ts, device, hints, {}, {k: v}).build_config("trace.parquet")
         except KvbedError as exc:
             raise err(f"replay.param.{k}", str(exc)) from None
+    _check_ranges(pt, replay, param, err)
     return pt
+
+
+def _check_ranges(pt: Point, replay: dict[str, Any], param: dict[str, Any], err: Any) -> None:
+    """The ranges the replay checks only once it has read the trace (device and hint parameters), checked
+    now; the error names the key the message names, else the one key whose value alone is refused."""
+    from testbed.study.check import check_config
+
+    try:
+        check_config(pt.build_config("trace.parquet"))
+    except KvbedError as exc:
+        msg = str(exc)
+        keys = [*param, *(r for r in replay if r != "seed")]
+        named = [k for k in keys if re.search(rf"(?<![A-Za-z0-9_]){re.escape(k.split('.')[-1])}\b", msg)]
+        if not named:
+            for k, v in param.items():
+                try:
+                    check_config(Point(pt.index, {}, pt.seed, pt.trace, pt.device, pt.hints, {}, {k: v})
+                                 .build_config("trace.parquet"))
+                except KvbedError:
+                    named = [k]
+                    break
+        k = named[0] if named else None
+        raise err(f"replay.param.{k}" if k in param else f"replay.{k}" if k else "replay.param", msg) from None
+
+
+def _plugin_path(spec: _Spec, hints: str) -> str:
+    """A plugin policy given as ``path/file.py:Class`` with the path relative to the spec file."""
+    path, sep, cls = hints.rpartition(":")
+    if sep and path.endswith(".py") and not Path(path).expanduser().is_absolute():
+        return f"{spec.resolve(path)}:{cls}"
+    return hints
 
 
 def _trace_setting(spec: _Spec, trace: dict[str, Any], seed: int, err: Any,
@@ -431,8 +466,11 @@ def _trace_setting(spec: _Spec, trace: dict[str, Any], seed: int, err: Any,
         tier.validate()
         if kind == "synth":
             synth.validate()
-    except KvbedError as exc:
-        raise err("trace", str(exc)) from None
+    except KvbedError as exc:  # a range error: named by the key its message names, if one was set
+        named = [k for k in rest if re.search(rf"(?<![A-Za-z0-9_]){re.escape(k)}\b", str(exc))]
+        if not named and policy is not None and "_policy" in str(exc):
+            named = ["policy"]
+        raise err(f"trace.{named[0]}" if named else "trace", str(exc)) from None
     if kind == "import":
         if not isinstance(trace["import"], str) or trace["import"] not in IMPORTERS:
             raise err("trace.import", f"unknown importer {trace['import']!r} (choose from: {', '.join(IMPORTERS)})")

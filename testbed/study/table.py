@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.study.vocabulary import METRICS, REFERENCES, UNSET
+from testbed.study.vocabulary import METRICS, REFERENCES, UNSET, metric_name
 
 _PCT = {"p50": "50.000000", "p99": "99.000000", "p999": "99.900000"}
 _ENTRY = {"read": "read", "write": "write", "load": "object_read"}
@@ -45,7 +45,7 @@ def metrics_of(job: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "waf": job.get("waf"), "host_waf": job.get("host_waf"), "end_to_end_waf": job.get("end_to_end_waf"),
         "gc_bytes_moved": gc.get("bytes_moved"), "host_gc_bytes": (job.get("host_gc") or {}).get("relocated_bytes"),
-        "gc_runs": job.get("gc_count"), "gc_stall_ns": job.get("gc_stall_ns"), "erases": job.get("erases"),
+        "gc_runs": job.get("gc_count"), "gc_stall_total_ns": job.get("gc_stall_ns"), "erases": job.get("erases"),
         "zone_resets": job.get("zone_resets"), "user_bytes_written": job.get("user_bytes_written"),
     }
     gs = job.get("gc_stall") or {}
@@ -111,15 +111,17 @@ def build(study_dir: Path) -> Any:
                    hints=pt["hints"], policy=policy, run_dir=f"runs/{pt['run_hash']}")
         res_file = study_dir / "runs" / pt["run_hash"] / "result.json"
         err_file = study_dir / "runs" / f"{pt['run_hash']}.error.json"
-        status, error, m = "missing", None, {}
+        status, error, m, offline = "missing", None, {}, None
         if res_file.exists():
             res = json.loads(res_file.read_text())
             status = "incomplete" if res.get("incomplete") else "ok"
             error = res.get("error")
             m = metrics_of(res["jobs"][0])
+            offline = (res["jobs"][0].get("hint_policy") or {}).get("offline")
         elif err_file.exists():
             status, error = "failed", json.loads(err_file.read_text())["error"]
-        row.update(status=status, error=error)
+        # the policy read the future (needs_future): an oracle of some kind, whatever its name
+        row.update(status=status, error=error, hint_offline=offline)
         row.update({k: m.get(k) for k in METRICS})
         th = pt["trace_hash"]
         if th not in hits:
@@ -143,17 +145,19 @@ def shown_metrics(metrics: list[str]) -> list[str]:
     gets it right after itself (vocabulary.REFERENCES: ``hint_accuracy`` means something only against
     ``hint_accuracy_one_class``); a reference the study lists stays where it is."""
     out: list[str] = []
-    for m in metrics:
+    for m in map(metric_name, metrics):
         if m not in out:
             out.append(m)
         ref = REFERENCES.get(m)
-        if ref is not None and ref not in metrics:
+        if ref is not None and ref not in map(metric_name, metrics):
             out.append(ref)
     return out
 
 
 def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
-    """Mean, 95% CI half-width and count across seeds, per setting and policy (points that ran)."""
+    """Mean, 95% CI half-width, count and distinct values across seeds, per setting and policy (points that
+    ran). Seeds that gave one value (``<metric>_distinct`` 1: a policy that does not depend on the seed, on an
+    imported trace) are one sample, not an interval: their ``_ci95`` is empty, as for a single seed."""
     import pandas as pd
 
     keys = [*dimensions(doc)[0], "policy"]
@@ -168,8 +172,10 @@ def summarize(df: Any, doc: dict[str, Any], metrics: list[str]) -> Any:
         for m in metrics:
             x = g[m].dropna().astype(float)
             n = len(x)
+            distinct = int(x.nunique())
             row[f"{m}_mean"] = float(x.mean()) if n else None
-            row[f"{m}_ci95"] = float(t975(n) * x.std(ddof=1) / math.sqrt(n)) if n >= 2 else None
+            row[f"{m}_ci95"] = float(t975(n) * x.std(ddof=1) / math.sqrt(n)) if n >= 2 and distinct > 1 else None
+            row[f"{m}_distinct"] = distinct
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -17,7 +17,7 @@ METRICS: dict[str, str] = {
     "gc_bytes_moved": "bytes the device's GC relocated",
     "host_gc_bytes": "bytes the host's GC relocated (ZNS)",
     "gc_runs": "device GC runs",
-    "gc_stall_ns": "foreground GC stall, total: a sum over stalls (they overlap in time, so not a duration)",
+    "gc_stall_total_ns": "foreground GC stall, total: a sum over stalls (they overlap in time, so not a duration)",
     "gc_stalled_writes_ratio": "share of the device's write commands that waited for foreground GC",
     "gc_stall_p99_ns": "foreground-GC wait p99, among the write commands that waited",
     "gc_stall_max_ns": "longest foreground-GC wait of a write command",
@@ -54,8 +54,22 @@ METRICS: dict[str, str] = {
 }
 #: metric -> its reference, which a study's summary and report show right after it whether listed or not
 REFERENCES: dict[str, str] = {"hint_accuracy": "hint_accuracy_one_class"}
-DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_ns", "erases", "load_p99_ns",
+DEFAULT_METRICS = ("waf", "end_to_end_waf", "gc_bytes_moved", "gc_stall_total_ns", "erases", "load_p99_ns",
                    "write_p99_ns")
+#: a metric's old name -> its name (a spec or a saved study may use the old one)
+OLD_NAMES: dict[str, str] = {"gc_stall_ns": "gc_stall_total_ns"}
+#: metric -> what it adds up, for the column headings of the report (a sum is called a sum)
+SUMS: dict[str, str] = {"gc_stall_total_ns": "sum over stalls"}
+
+
+def metric_name(m: str) -> str:
+    """A metric by its current name (``gc_stall_ns`` was the sum over stalls' old name)."""
+    return OLD_NAMES.get(m, m)
+
+
+def column_label(m: str) -> str:
+    """A metric's heading in a report table: its name, and what it sums if it is a sum."""
+    return f"{m} ({SUMS[m]})" if m in SUMS else m
 
 #: the report's plots (``[study] plots``; each described in :mod:`testbed.study.report`)
 PLOTS = ("waf_by_hints", "waf_vs_axis", "gc_stall_by_hints", "per_ruh_bytes", "loads_by_contract",

@@ -83,12 +83,65 @@ def test_validate_counts_points_and_traces(tmp_path):
      ["zip.replay.param.op_ratio", "differ in length"]),
     (SMALL.replace('device = "fdp"', 'device = "fdp"\nparam = { error_rate = 0.1 }'), 12,
      ["replay.param", "unknown parameter 'error_rate'"]),
+    # range errors: of a trace setting (was an IndexError), of a device or hint parameter (was a failure per point)
+    (SMALL.replace("duration_s = 90", "duration_s = 90\ntokens_per_object = 0"), 9,
+     ["trace.tokens_per_object", "must be positive, got 0"]),
+    (SMALL + '"trace.ssd_bytes" = ["1TiB", "-1TiB"]\n', 16, ["axes.trace.ssd_bytes", "must not be negative"]),
+    (SMALL + '"replay.param.op_ratio" = [0.07, 11]\n', 16,
+     ["axes.replay.param.op_ratio", "op_ratio must be in (0, 10), got 11"]),
+    (SMALL.replace('device = "fdp"', 'device = "fdp"\nparam = { op_ratio = 11 }'), 12,
+     ["replay.param.op_ratio", "op_ratio must be in (0, 10), got 11"]),
+    (SMALL.replace('"replay.hints" = ["none", "oracle"]\n', "") +
+     '\n[[zip]]\n"replay.hints" = ["none", "noisy-oracle"]\n"replay.param.error_rate" = ["-", 2]\n', 18,
+     ["zip.replay.param.error_rate", "must be in [0, 1], got 2"]),
 ])
 def test_bad_specs_are_refused_before_anything_runs(tmp_path, text, line, fragments):
     p = spec(tmp_path, text)
     one_line_error(kvbed("study", "validate", p), f"{p}:{line}:", *fragments)
     one_line_error(kvbed("study", "run", p, "-o", tmp_path / "out", "-q"), f"{p}:{line}:", *fragments)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("trace,axes,line,fragments", [
+    ("tokens_per_object = 0", "", 6, ["trace.tokens_per_object", "must be positive, got 0"]),
+    ('ssd_bytes = "-1TiB"', "", 6, ["trace.ssd_bytes", "must not be negative"]),
+    ("", '[axes]\n"trace.ssd_bytes" = ["1TiB", "-1TiB"]', 10, ["axes.trace.ssd_bytes", "must not be negative"]),
+])
+def test_range_errors_of_an_imported_trace_are_one_line(tmp_path, trace, axes, line, fragments):
+    (tmp_path / "t.jsonl").write_text("")  # validation does not read the source
+    p = spec(tmp_path, f'[study]\nname = "m"\n[trace]\nimport = "mooncake"\nsource = "t.jsonl"\n{trace}\n'
+                       f'[replay]\ndevice = "fdp"\n{axes}\n')
+    one_line_error(kvbed("study", "validate", p), f"{p}:{line}:", *fragments)
+    one_line_error(kvbed("study", "run", p, "-o", tmp_path / "out", "-q"), f"{p}:{line}:", *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plugin_path_is_relative_to_the_spec(tmp_path, monkeypatch):
+    d = tmp_path / "specs"
+    d.mkdir()
+    (d / "my_hints.py").write_text("from kvreplay.hints import HintPolicy\n\n\nclass One(HintPolicy):\n"
+                                   "    knows = 'nothing'\n\n    def _assign(self, batch, actions, writes):\n"
+                                   "        return 0 * writes[writes]\n")
+    p = spec(d, SMALL.replace('"oracle"]', '"./my_hints.py:One"]'))
+    monkeypatch.chdir(tmp_path)  # not the spec's directory
+    from testbed.study.spec import load
+
+    hints = {pt.hints for pt in load(p).points}
+    assert hints == {"none", f"{d / 'my_hints.py'}:One"}, hints
+    ok(kvbed("study", "validate", p))
+
+
+def test_the_old_name_of_the_gc_stall_sum_is_read_as_the_new():
+    from testbed.study.spec import _Spec  # noqa: F401  (the spec module loads)
+    from testbed.study.table import shown_metrics
+
+    assert shown_metrics(["waf", "gc_stall_ns"]) == ["waf", "gc_stall_total_ns"]
+
+
+def test_validate_help_says_what_it_prints():
+    text = " ".join(ok(kvbed("study", "validate", "--help")).output.split())
+    assert "the number of points, the axes and the traces to build" in text
+    assert "print the points and traces" not in text
 
 
 def _table(d: Path):
@@ -111,6 +164,10 @@ def test_reduced_study_runs_end_to_end(reduced):
     assert len(df) == 16 and set(df["status"]) == {"ok"}
     assert set(df["replay.hints"]) == {"none", "predicted", "oracle", "noisy-oracle"}
     assert df["end_to_end_waf"].notna().all() and (df["end_to_end_waf"] >= 1.0).all()
+    # whether each run's policy read the future, as result.json recorded it (what "practical" is decided by)
+    assert df.groupby("hints")["hint_offline"].agg(lambda v: set(v)).to_dict() == {
+        "none": {False}, "predicted": {False}, "oracle": {True}, "noisy-oracle": {True}}
+    assert "gc_stall_total_ns" in df.columns and "gc_stall_ns" not in df.columns
     # oracle never does worse than no hints at the same setting and seed
     key = ["replay.param.op_ratio", "seed"]
     none = df[df["hints"] == "none"].set_index(key)["end_to_end_waf"]
@@ -122,6 +179,9 @@ def test_reduced_study_runs_end_to_end(reduced):
     assert (df["ref_hit_ratio_gpu"] < df["lookup_hit_ratio_gpu"]).all()
     for f in ("table.csv", "summary.csv", "report.md", "report.html", "plots/waf_by_hints.png"):
         assert (reduced / f).exists(), f
+    # the GC stall is a sum over stalls, and each report says so
+    assert "gc_stall_total_ns (sum over stalls)" in (reduced / "report.md").read_text()
+    assert "gc_stall_total_ns_mean (sum over stalls)" in (reduced / "report.html").read_text()
     summary = (reduced / "summary.csv").read_text().splitlines()
     assert len(summary) == 1 + 8 and "end_to_end_waf_ci95" in summary[0]
     # every point is an ordinary run directory: kvbed replay --config reruns it to the same result
@@ -177,8 +237,11 @@ def test_a_failing_point_is_recorded_and_the_others_complete(tmp_path):
     assert len(failed) == 2 and set(failed["replay.param.logical_bytes"]) == {"64MiB"}
     assert failed["error"].str.contains("device too small for the live data").all()
     assert set(df[df["status"] != "failed"]["status"]) == {"ok"}
-    st = json.loads(ok(kvbed("study", "status", out, "--json")).output)
+    res = kvbed("study", "status", out, "--json")
+    assert res.exit_code == 1, res.output  # points failed: not a success
+    st = json.loads(res.output)
     assert st["counts"] == {"done": 2, "failed": 2, "missing": 0}
+    assert kvbed("study", "status", out).exit_code == 1
     assert all("too small" in p["error"] for p in st["points"] if p["state"] == "failed")
     assert "too small" in (out / "report.md").read_text()
 
