@@ -39,6 +39,30 @@ from kvbed.core.atomicio import write_json  # noqa: E402
 from testbed.femu import compare as C  # noqa: E402
 from testbed.femu import latency as L  # noqa: E402
 
+def saved_runs(path: Path) -> list:
+    """FEMU runs from a file ``--json`` wrote, or from docs/figures/femu-lat.json (its ``figures``); a run kept
+    without its per-op arrays (the doc file keeps them for the small device only) is skipped, and said so.
+    A file that holds neither: one line, exit status 2."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"{path}: cannot read FEMU runs: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if runs is None and isinstance(doc, dict):
+        runs = (doc.get("figures") or {}).get("runs")
+    if not isinstance(runs, list) or not all(isinstance(x, dict) and "run" in x for x in runs):
+        print(f"{path}: no FEMU runs here (a file written by --json, or docs/figures/femu-lat.json)", file=sys.stderr)
+        raise SystemExit(2)
+    out = []
+    for x in runs:
+        if "lat_ns" not in x["run"]:
+            print(f"# {x['run'].get('workload')}: saved without FEMU's per-op arrays, skipped", file=sys.stderr)
+            continue
+        out.append(L.FemuRun.from_json(x["run"]))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", action="append", choices=sorted(L.SPECS),
@@ -48,8 +72,7 @@ def main() -> None:
     ap.add_argument("--nice", type=int, default=None,
                     help="renice every thread of FEMU's process to this (e.g. -15: ahead of the host's other load)")
     a = ap.parse_args()
-    runs = ([L.FemuRun.from_json(x["run"]) for x in json.loads(a.load.read_text())["runs"]] if a.load
-            else [None] * len(a.workload or ["small"]))
+    runs = saved_runs(a.load) if a.load else [None] * len(a.workload or ["small"])
     out = []
     for i, run in enumerate(runs):
         name = run.workload if run else (a.workload or ["small"])[i]

@@ -49,7 +49,7 @@ class CaptureSession:
         self.block_events = 0
         self._warned: set = set()
 
-    def _warn_once(self, key: Any, text: str) -> None:
+    def warn_once(self, key: Any, text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
             self.warn(text)
@@ -72,11 +72,11 @@ class CaptureSession:
             topic, seq, payload = split_message(frames)
         except WireError as exc:
             p.bad += 1
-            self._warn_once(("frames", pub, len(frames)), f"{p.name}: {exc}; skipped (further ones counted)")
+            self.warn_once(("frames", pub, len(frames)), f"{p.name}: {exc}; skipped (further ones counted)")
             return
         if not topic.startswith(self.topic):
             p.wrong_topic += 1
-            self._warn_once(("topic", pub, topic), f"{p.name}: ignoring messages on topic {topic.decode(errors='replace')!r} "
+            self.warn_once(("topic", pub, topic), f"{p.name}: ignoring messages on topic {topic.decode(errors='replace')!r} "
                                                    f"(capturing topic {self.topic.decode()!r})")
             return
         self._take(p, seq, payload, replayed=False)
@@ -88,7 +88,7 @@ class CaptureSession:
             seq, payload = split_replay(frames)
         except WireError as exc:
             p.bad += 1
-            self._warn_once(("replay", pub), f"{p.name} replay: {exc}; replay abandoned")
+            self.warn_once(("replay", pub), f"{p.name} replay: {exc}; replay abandoned")
             return False
         if seq == END_SEQ:
             return False
@@ -103,10 +103,12 @@ class CaptureSession:
             batch = decode_batch(payload)
         except WireError as exc:
             p.bad += 1
-            self._warn_once(("payload", p.name), f"{p.name} seq {seq}: {exc}; skipped (further ones counted)")
+            self.warn_once(("payload", p.name), f"{p.name} seq {seq}: {exc}; skipped (further ones counted)")
             batch = None
         if p.last_seq is not None and seq > p.last_seq + 1:
             p.lost += seq - p.last_seq - 1
+            self.warn_once(("lost", p.name), f"{p.name}: {seq - p.last_seq - 1} message(s) before seq {seq} lost "
+                                              "(no replay filled the gap); further ones counted in lost_messages")
         if p.first_seq is None:
             p.first_seq = seq
         p.last_seq = seq

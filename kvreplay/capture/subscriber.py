@@ -98,8 +98,10 @@ class LiveCapture:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sock.poll(int(left * 1000) + 1):
-                self.warn(f"{self.endpoints[pub]}: no complete replay from {self.replay[pub]} within "
-                          f"{self.p.replay_timeout_s:g}s; the rest of the gap counts as lost")
+                self.session.warn_once(("replay-timeout", pub),
+                                       f"{self.endpoints[pub]}: no complete replay from {self.replay[pub]} within "
+                                       f"{self.p.replay_timeout_s:g}s; the rest of the gap counts as lost (further "
+                                       "ones too, not warned again)")
                 sock.close(linger=0)  # late replies must not be read as answers to the next request
                 dealers[pub] = self._dealer(ctx, pub)
                 return

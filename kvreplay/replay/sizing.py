@@ -251,6 +251,10 @@ def size_device(groups: dict[str, Any], explicit: set[str], *, peak_live_pages: 
     }
     if "flash" in groups:
         rec["parallelism"] = _parallelism(groups, explicit, write_bytes_per_s, write_utilization)
+        op = groups["flash"].op_ratio
+        if op >= 1.0:  # legal (a drive may be mostly spare), but 7 is a likely slip for 7%: say what it means
+            rec["notes"].append(f"op_ratio {op:g}: the spare area is {op:g}x the logical capacity (7% is "
+                                f"op_ratio=0.07); a GC with that much room moves almost nothing")
     if "zns" in groups:
         if not ({"zone_bytes", "zone_cap_bytes"} & explicit):
             groups["zns"] = _zone_geometry(groups, need_pages * pb)

@@ -77,7 +77,7 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
     if as_json:
         from kvbed.core.atomicio import json_default
 
-        click.echo(json.dumps(summary_json(res), indent=2, default=json_default))
+        click.echo(json.dumps({**summary_json(res), "incomplete": False}, indent=2, default=json_default))
         return
     _print_table(res)
     for path in paths:
@@ -92,10 +92,12 @@ def _print_table(res: dict[str, Any]) -> None:
 
     rows = res["crossover"]
     tiers = list(res["tiers"])
-    table = Table(title="crossover object size: loading from the tier is no slower from this size on",
-                  title_justify="left")
-    for col in ("model", "accel (TP)", "qd", "break-even"):
-        table.add_column(col, justify="right" if col in ("qd", "break-even") else "left")
+    table = Table(title="crossover object size per tier: loading from the tier is no slower from this size on",
+                  title_justify="left",
+                  caption="break-even bandwidth: bytes/token x prefill tokens/s, the tier bandwidth above which "
+                          "loading beats recomputing at any size (latency aside)", caption_justify="left")
+    for col in ("model", "accel (TP)", "qd", "break-even bandwidth"):
+        table.add_column(col, justify="right" if col in ("qd", "break-even bandwidth") else "left")
     for t in tiers:
         table.add_column(t, justify="right")
     cells: dict[tuple, dict[str, str]] = {}

@@ -396,7 +396,7 @@ def _print_tiers_summary(con: Console, parts: dict[str, Any], run_dir: Path) -> 
     for col in ("tier", "device", "hints", "WAF", "hits / all chunks", "hits / lookups", "load p50", "load p99",
                 "writes GC-stalled", "backlogged"):
         t.add_column(col)
-    ratio = lambda v: f"{v:.3f}" if v is not None else "-"  # noqa: E731
+    ratio = lambda v: f"{100 * v:.1f}%" if v is not None else "-"  # noqa: E731  (as trace import/stats show them)
     for tier, r in s["tiers"].items():
         gs = r["gc_stall"] or {}
         t.add_row(tier, r["device"], r["hints"], f"{r['waf']:.4f}" if r["waf"] is not None else "-",

@@ -500,6 +500,9 @@ def print_stats(con: Console, s: dict[str, Any]) -> None:
     rt.caption = (f"{r['accesses']:,} accesses, {r['reuses']:,} reuses; top 10% of objects take "
                   f"{fmt_pct(r['top10pct_objects_reuse_share'])} of reuses; "
                   f"{fmt_pct(r['objects_never_reused_share'])} of objects are never reused")
+    if not any(o["op"] in ("hit", "load") and o["count"] for o in s["ops"]):  # e.g. a capture of engine events
+        rt.caption += ("\n[bold]this trace has no hit or load events (an engine capture publishes stores and "
+                       "removals only): reuse was not recorded, which is not the same as none[/bold]")
     con.print(rt)
 
     _print_content(con, s["content"])

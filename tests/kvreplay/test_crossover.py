@@ -155,6 +155,8 @@ def test_cli_writes_table_csv_json_and_plot(tmp_path):
     js = json.loads(ok(kvbed("crossover", "--tiers", "remote", "--models", "mistral-7b", "--accelerators", "h100",
                              "--json")).output)
     assert [r["verdict"] for r in js["crossover"]] == ["always recompute", "always recompute"]  # 3.1 < 4.6 GB/s
+    assert js["incomplete"] is False and set(doc) == set(js)  # --json says what crossover.json says
+    assert "break-even bandwidth" in res.output and "the tier bandwidth above which" in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize("args, fragments", [

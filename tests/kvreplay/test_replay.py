@@ -188,6 +188,14 @@ def test_a_run_written_over_an_earlier_one_says_so(trace, tmp_path):
     assert result(tmp_path / "r")["global options"]["hints"] == "oracle"
 
 
+def test_an_op_ratio_of_one_or_more_is_noted_as_a_likely_slip(trace, tmp_path):
+    replay_cli(trace, tmp_path / "op7", "--param", "op_ratio=7")
+    notes = result(tmp_path / "op7")["sizing"]["notes"]
+    assert any("op_ratio 7: the spare area is 7x the logical capacity" in n for n in notes)
+    replay_cli(trace, tmp_path / "op07", "--param", "op_ratio=0.07")
+    assert not any("op_ratio" in n for n in result(tmp_path / "op07")["sizing"]["notes"])
+
+
 def test_same_seed_same_bytes_and_rerun_from_config(trace, tmp_path):
     args = ("--hints", "noisy-oracle", "--seed", "7", "--param", "error_rate=0.2")
     replay_cli(trace, tmp_path / "a", *args)

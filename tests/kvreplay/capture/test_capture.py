@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from tests.support.capture_publisher import FakeEngine, batch, cleared, endpoints, removed, stored
+from tests.support.cli import kvbed, ok
 from kvreplay.capture import CaptureParams
 from kvreplay.capture.subscriber import LiveCapture
 from kvreplay.capture.wire import WireError, decode_batch
@@ -145,8 +146,6 @@ def test_capture_equals_published_events(tmp_path, vintage, as_bytes, engine, sh
     assert validate_trace(out).ok
     assert r.meta.geometry["bytes_per_token"] == BPT
     # the raw file decodes to the very same trace
-    from tests.support.cli import kvbed, ok
-
     again = tmp_path / "again.parquet"
     ok(kvbed("trace", "import", f"{engine}-events", raw, "-o", again))
     b2, _ = read_trace(again)
@@ -224,6 +223,7 @@ def test_gaps_are_filled_from_replay_and_lost_ones_counted(tmp_path, shape):
         ctx.term()
     f = res.facts
     assert f["gaps_filled"] >= 2 and f["lost_messages"] == 1
+    assert len([w for w in run.warnings if "lost" in w]) == 1
     got, b, _ = rows(out)
     made = sorted(int(o) for o, op in zip(b["obj_id"], b["op"]) if op == C)
     assert len(made) == 7  # 8 published, one lost
@@ -248,6 +248,10 @@ def test_capture_without_replay_counts_gaps_as_lost(tmp_path):
         ctx.term()
     assert res.facts["lost_messages"] == 2 and res.facts["gaps_filled"] == 0
     assert res.rows == 8
+    lost = [w for w in run.warnings if "lost" in w]  # said, once (the guide: each kind of problem warned once)
+    assert len(lost) == 1 and "2 message(s) before seq" in lost[0]
+    stats = " ".join(ok(kvbed("trace", "stats", out)).stdout.split())  # stores and removals only: no reuse seen
+    assert "this trace has no hit or load events" in stats and "reuse was not recorded" in stats
 
 
 def test_two_publishers_keep_their_instance(tmp_path):

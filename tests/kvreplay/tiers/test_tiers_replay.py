@@ -154,6 +154,14 @@ def synth(tmp_path_factory):
     return d / "s.parquet"
 
 
+def test_the_summary_gives_hit_ratios_as_percentages_like_trace_stats(synth, tmp_path):
+    res = ok(kvbed("replay", str(synth), "--tiers", "cpu,ssd", "--no-plots", "-o", str(tmp_path / "r")))
+    tiers = json.loads((tmp_path / "r" / "result.json").read_text())["requests"]["tiers"]
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("│ ssd "))
+    for key in ("ref_hit_ratio", "lookup_hit_ratio"):
+        assert f"{100 * tiers['ssd'][key]:.1f}%" in row
+
+
 def test_per_tier_hints_and_params(synth, tmp_path):
     ok(kvbed("replay", str(synth), "--tiers", "cpu,ssd", "--hints", "ssd=oracle", "--param", "ssd:op_ratio=20%",
              "--param", "on_hit=recompute", "-q", "--no-plots", "-o", str(tmp_path / "r")))
