@@ -260,6 +260,8 @@ def _lines(df: Any, doc: dict[str, Any], axis: str) -> bytes | None:
 def lines_figure(df: Any, doc: dict[str, Any], axis: str) -> Any:
     """End-to-end WAF (top) and object-load p99 (bottom, log axis: a latency is never drawn below 0; a CI bar
     reaching below the axis' bottom is clipped there) against a numeric axis, a line per hint policy."""
+    import textwrap
+
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -307,15 +309,20 @@ def lines_figure(df: Any, doc: dict[str, Any], axis: str) -> Any:
             ax.set_xlabel(_axis_label(name))
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3, which="both")
+            # titles wrapped to their panel's width: side by side, unwrapped ones ran into each other
             if i == 1:
                 note = "CI bars reaching the bottom are clipped there"
                 if "saturated" in sel.columns and sel["saturated"].any():
-                    ax.set_title(f"red x: device saturated (the tail is queueing); {note}", fontsize=7, color="red")
+                    ax.set_title(textwrap.fill(f"red x: device saturated (the tail is queueing); {note}", 70),
+                                 fontsize=7, color="red")
                 else:
                     ax.set_title(note, fontsize=7)
             if i == 0:
-                ax.set_title(f"{dev}" + (f" ({lab})" if others else "") + _no_interval_note(sel), fontsize=9)
-                ax.legend(fontsize=7, title="hint policy", title_fontsize=7)
+                ax.set_title(textwrap.fill(f"{dev}" + (f" ({lab})" if others else "") + _no_interval_note(sel), 55),
+                             fontsize=9)
+                if j == len(facets) - 1:  # one legend, right of the last panel: inside each it hid their lines
+                    ax.legend(fontsize=7, title="hint policy", title_fontsize=7, loc="upper left",
+                              bbox_to_anchor=(1.02, 1.0))
     fig.suptitle(f"End-to-end WAF and KV object load p99 against {name}, a line per hint policy", fontsize=10)
     return fig
 

@@ -94,6 +94,10 @@ def test_the_plot_has_a_bar_per_policy_and_setting_at_the_mean_share():
     assert lo < -10 and hi > 100  # the 0 and 100% lines and every bar in view
     assert "share of the oracle" in ax.get_ylabel() and "(%)" in ax.get_ylabel()
     assert "WAF_none - WAF_policy" in fig._suptitle.get_text()
+    # under each setting, the cut the shares divide: 1.20 -> 1.00 and 1.10 -> 1.00
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["op_ratio=0.07\noracle's cut -16.7%\n(WAF 1.200 -> 1.000)",
+                     "op_ratio=0.28\noracle's cut -9.1%\n(WAF 1.100 -> 1.000)"]
 
 
 def test_settings_over_traces_get_the_best_practical_policy_per_trace():
