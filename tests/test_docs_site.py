@@ -86,12 +86,12 @@ def test_readme_headline_is_what_the_findings_page_says():
 def test_headline_reads_oracle_and_predicted_per_device():
     sd = _studies_docs()
     md = ("# x\n\n## s1\n\n- On fdp, oracle hints change end-to-end WAF the most against none (-9.0% ...).\n"
-          "- fdp, oracle -9.0% on average over 4 setting(s); most at ...\n"
-          "- fdp, predicted +1.5% on average over 4 setting(s); most at ...\n"
+          "- fdp, oracle -9.0% on average over 4 setting(s); lowest at ...\n"
+          "- fdp, predicted +1.5% on average over 4 setting(s); lowest at ...\n"
           "- On conv, no hint policy changes end-to-end WAF beyond the 95% intervals against none.\n"
           "\n## lab\n\n- On fdp, oracle hints change end-to-end WAF the most against none (-12.0% ...).\n"
-          "- fdp, oracle -12.0% on average over 6 setting(s); most at ...\n"
-          "- fdp, predicted -0.5% on average over 6 setting(s); most at ...\n"
+          "- fdp, oracle -12.0% on average over 6 setting(s); lowest at ...\n"
+          "- fdp, predicted -0.5% on average over 6 setting(s); lowest at ...\n"
           "- fdp: the best practical hint policy, type, captures 31.4% of the oracle's end-to-end WAF cut on "
           "average over 6 setting(s) (share ...).\n"
           "- fdp, the best practical hint policy by trace (share of the oracle's cut, mean over the trace's "

@@ -424,7 +424,8 @@ def findings(df: Any, doc: dict[str, Any]) -> list[str]:
         lines = []
         for mean, h, ch in ranked:
             lo, hi = min(ch), max(ch)
-            where = f"; most at {lo[1]} ({100 * lo[0]:+.1f}%: {lo[2]:.4f} -> {lo[3]:.4f}), least at {hi[1]} " \
+            # lowest/highest change (signed: lower WAF is better), not most/least, which read as magnitudes
+            where = f"; lowest at {lo[1]} ({100 * lo[0]:+.1f}%: {lo[2]:.4f} -> {lo[3]:.4f}), highest at {hi[1]} " \
                     f"({100 * hi[0]:+.1f}%)" if len(ch) > 1 else f" ({ch[0][2]:.4f} -> {ch[0][3]:.4f})"
             lines.append(f"{h} {100 * mean:+.1f}% on average over {len(ch)} setting(s){where}; {_beyond(ch)}")
         best = ranked[0]
