@@ -318,3 +318,21 @@ def test_ray_workers_without_the_drivers_files_get_the_trace_shipped(reduced, tm
     assert cached.read_bytes() == real.read_bytes()
     done = json.loads((reduced / "runs" / pt.hash(th) / "result.json").read_text())["jobs"][0]
     assert res["parts"]["result"]["jobs"][0] == done
+
+
+def test_the_guides_example_spec_validates_where_it_says_to_save_it(tmp_path):
+    """docs/guides/studies.md's spec, saved where it says (beside studies/, its source relative to that): the
+    documented example is checked as a user would run it."""
+    from tests.support.paths import MOONCAKE
+
+    if not MOONCAKE.exists():
+        pytest.skip(f"{MOONCAKE} not present")
+    text = (ROOT / "docs" / "guides" / "studies.md").read_text()
+    spec = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert 'name = "my-study"' in spec and "studies/my-study.toml" in text
+    here = tmp_path / "repo" / "studies"
+    here.mkdir(parents=True)
+    (tmp_path / "shared").symlink_to(MOONCAKE.parents[3])  # ../../shared from the spec, as in the repository
+    (here / "my-study.toml").write_text(spec)
+    res = ok(kvbed("study", "validate", here / "my-study.toml"))
+    assert "study 'my-study': 48 points (16 settings x 3 seeds), 1 trace(s) to build" in res.stdout
