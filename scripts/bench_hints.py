@@ -14,9 +14,13 @@ Trace: the Mooncake conversation trace as kv-hints-fdp imports it (1 TiB S3-FIFO
 with op_ratio 0.07 and fill_ratio 1.0 (the setting where the oracle cuts WAF by 10%). Built once under
 ``--cache``. Numba kernels come from the on-disk cache (a warm-up run of each policy fills it).
 
-Run: ``python scripts/bench_hints.py [--runs 5] [--hints learned] [--copies 4] [--old TREE]``. ``--old`` (a
-checkout of another commit) measures both policies with the old tree's code too, all four alternating in one run,
-and prints each tree's ratio.
+``--command`` also times the whole ``kvbed replay TRACE --device fdp --hints H`` command per policy (as
+scripts/bench_process.py does: interpreter start, imports, replay, result files, plots; what a user waits for), in
+the same rotation.
+
+Run: ``python scripts/bench_hints.py [--runs 5] [--hints learned] [--copies 4] [--old TREE] [--command]``.
+``--old`` (a checkout of another commit) measures both policies with the old tree's code too, all four
+alternating in one run, and prints each tree's ratio.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +53,7 @@ def _print_part(title: str, rs: dict[tuple[str, str], list[dict]], trees: dict, 
 
 
 def main() -> None:
+    from bench_process import run_once
     from bench_replay import build_mooncake, run_child
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,6 +65,8 @@ def main() -> None:
                     help="N > 1: the Mooncake trace N times back to back as scripts/bench_replay.py builds it "
                          "(its default tiers: 2 TiB SSD), so fixed costs (the scikit-learn import) weigh less")
     ap.add_argument("--old", type=Path, metavar="TREE", help="also measure a checkout of another commit, alternating")
+    ap.add_argument("--command", action="store_true",
+                    help="also time the whole kvbed replay command (plots included), in the same rotation")
     a = ap.parse_args()
     trace = a.trace
     if trace is None and a.copies > 1:
@@ -77,19 +85,30 @@ def main() -> None:
     cases = [(t, h) for t in trees for h in ("none", a.hints)]
     print(f"trace {trace}; fdp {' '.join(PARAMS)}; trees {', '.join(f'{k} = {v}' for k, v in trees.items())}; "
           f"warm-up ...", flush=True)
-    for t, h in cases:
-        run_child(trace, "fdp", h, PARAMS, trees[t])
+    extra = {h: ["--device", "fdp", "--hints", h, *(x for kv in PARAMS for x in ("--param", kv))] for _, h in cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for t, h in cases:
+            run_child(trace, "fdp", h, PARAMS, trees[t])
+            if a.command:  # its own kernel cache (the tree's .cache/numba, as bench_process) filled too
+                run_once(trees[t], trace, Path(tmp) / f"warm-{t}-{h}", extra[h])
     load0 = os.getloadavg()[0]
     rs: dict[tuple[str, str], list[dict]] = {c: [] for c in cases}
-    for i in range(a.runs):
-        k = i % len(cases)  # every run starts the rotation at another case, so none leads or trails always
-        for t, h in cases[k:] + cases[:k]:
-            rs[t, h].append(run_child(trace, "fdp", h, PARAMS, trees[t], warm=True))
+    cmd: dict[tuple[str, str], list[dict]] = {c: [] for c in cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.runs):
+            k = i % len(cases)  # every run starts the rotation at another case, so none leads or trails always
+            for t, h in cases[k:] + cases[:k]:
+                rs[t, h].append(run_child(trace, "fdp", h, PARAMS, trees[t], warm=True))
+                if a.command:
+                    cmd[t, h].append(run_once(trees[t], trace, Path(tmp) / f"{t}-{h}-{i}", extra[h]))
     load = (load0 + os.getloadavg()[0]) / 2
     _print_part("fresh process: the first replay (scikit-learn imported, numba kernels loaded, in the time)",
                 rs, trees, a.hints)
     _print_part("warm process: a second replay in the same process, as a study worker's later points",
                 {c: [r["warm"] for r in v] for c, v in rs.items()}, trees, a.hints)
+    if a.command:
+        _print_part("whole command: kvbed replay in a fresh process, start to exit, plots included (what a user "
+                    "waits for)", cmd, trees, a.hints)
     for t in trees:
         print(f"{t:5} WAF none {rs[t, 'none'][0]['waf']:.4f}, {a.hints} {rs[t, a.hints][0]['waf']:.4f}")
     print(f"(load average {load:.1f}, {a.runs} runs each, rotating)")
