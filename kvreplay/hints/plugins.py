@@ -48,6 +48,10 @@ def check_policy_class(spec: str, obj: Any) -> None:
     if not (dataclasses.is_dataclass(params) and isinstance(params, type)
             and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise bad(f"{obj.__name__}.Params must be a frozen dataclass")
+    for fld in dataclasses.fields(params):
+        if fld.init and fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+            raise bad(f"{obj.__name__}.Params field {fld.name!r} has no default: every parameter needs one "
+                      f"(param(default, help)), which --param and study axes then change")
     unknown = [c for c in getattr(obj, "columns", ()) if c not in S.COLUMNS]
     if unknown:
         raise bad(f"{obj.__name__}.columns names no trace column: {', '.join(map(str, unknown))} "

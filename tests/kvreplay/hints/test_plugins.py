@@ -205,7 +205,7 @@ def test_a_plugin_with_the_old_three_argument_assign_still_replays(trace, tmp_pa
 def test_check_online_catches_look_ahead_out_of_range_and_the_oracle(trace):
     with pytest.raises(OnlineCheckFailed, match="batch boundaries|not causal"):
         check_online(_LooksAhead, trace)
-    with pytest.raises(OnlineCheckFailed, match=r"classes outside \[0, 4\)"):
+    with pytest.raises(OnlineCheckFailed, match=r"returned a class outside \[0, 4\): 4"):
         check_online(_OutOfRange, trace)
     with pytest.raises(OnlineCheckFailed, match="needs_future"):
         check_online(HINTS.get("oracle"), trace)
