@@ -48,6 +48,20 @@ def is_spec(name: str) -> bool:
     return ":" in name
 
 
+def _is_path(target: str) -> bool:
+    """The module part of a spec names a file (``path/file.py``), not an importable module."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def canonical_spec(spec: str) -> str:
+    """``spec`` as it names the same object from any working directory: a file's path made absolute
+    (``./my_hints.py:C`` -> ``/home/me/my_hints.py:C``); a module spec as given."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr or not _is_path(target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}"
+
+
 def load_spec(spec: str, kind: str = "entry") -> Any:
     """The object ``module:Attr`` or ``path/file.py:Attr`` names (dotted Attr allowed); KvbedError (one line)
     naming what failed otherwise."""
@@ -55,8 +69,8 @@ def load_spec(spec: str, kind: str = "entry") -> Any:
     if not target or not attr:
         raise KvbedError(f"{kind} {spec!r}: expected module:Class or path/file.py:Class")
     try:
-        if target.endswith(".py") or "/" in target or "\\" in target:
-            path = Path(target)
+        if _is_path(target):
+            path = Path(target).expanduser()
             if not path.is_file():
                 raise KvbedError(f"{kind} {spec!r}: no such file {target!r}")
             modname = "kvbed_plugin_" + re.sub(r"\W", "_", str(path.resolve()))
@@ -134,6 +148,10 @@ class Registry(Generic[T]):
                 return self._adopt(name.lower(), obj)
         more = " or module:Class, path/file.py:Class" if self.plugins is not None else ""
         raise KvbedError(f"unknown {self.kind} {name!r} (choose from: {', '.join(self.names())}{more})") from None
+
+    def is_registered(self, name: str) -> bool:
+        """``name`` is an entry of the package itself (registered), not a plugin."""
+        return name.lower() in self._items
 
     def _adopt(self, name: str, obj: Any) -> T:
         """A plugin object, checked, named by how it was asked for, kept for the next lookup."""

@@ -177,3 +177,75 @@ def test_the_replay_checks_a_plugin_that_overrides_assign(trace):
     r.prepare = (lambda orig: lambda: (orig(), setattr(r, "policy", _CountsWrong(r.n_classes))))(r.prepare)
     with pytest.raises(KvbedError, match=r"hint policy '_CountsWrong' returned \d+ classes for \d+ writes"):
         r.run()
+
+
+SIZE = textwrap.dedent('''
+    import numpy as np
+
+    from kvreplay.hints import HintPolicy
+
+
+    class Halves(HintPolicy):
+        knows = "the order of writes"
+
+        def _assign(self, batch, actions, writes):
+            return ((self.writes_seen + np.arange(len(writes))) % 2).astype(np.int16)
+''')
+
+
+def test_a_plugin_run_records_its_file_and_code_and_refuses_a_rerun_on_changed_code(trace, tmp_path, monkeypatch):
+    import hashlib
+    import json
+
+    from tests.support.cli import ok
+
+    work = tmp_path / "work"
+    work.mkdir()
+    src = work / "halves.py"
+    src.write_text(SIZE)
+    monkeypatch.chdir(work)
+    out = tmp_path / "run"
+    ok(kvbed("replay", trace, "--hints", "./halves.py:Halves", "-o", out, "-q", "--no-plots"))
+    cfg = json.loads((out / "config.json").read_text())
+    want = {"file": str(src.resolve()), "sha256": "sha256:" + hashlib.sha256(src.read_bytes()).hexdigest()}
+    assert cfg["hints"] == f"{src.resolve()}:Halves"  # not ./halves.py, which depends on the cwd
+    assert cfg["hint_source"] == want
+    job = json.loads((out / "result.json").read_text())["jobs"][0]
+    assert job["hint_policy"]["source"] == want and job["hint_policy"]["name"] == cfg["hints"]
+    writes = [c["writes"] for c in job["per_class"]]
+    assert writes[0] > 1000 and abs(writes[0] - writes[1]) <= 1 and sum(writes[2:]) == 0
+
+    monkeypatch.chdir(tmp_path)  # elsewhere: the same file by its absolute path
+    HINTS.forget_plugins()
+    ok(kvbed("replay", "--config", out / "config.json", "-o", tmp_path / "again", "-q", "--no-plots"))
+    assert json.loads((tmp_path / "again" / "result.json").read_text())["jobs"][0]["waf"] == job["waf"]
+
+    src.write_text(SIZE.replace("% 2", "% 3"))
+    for mod in [m for m in sys.modules if m.startswith("kvbed_plugin_") and "halves" in m]:
+        del sys.modules[mod]  # a new process would load the file again
+    HINTS.forget_plugins()
+    res = kvbed("replay", "--config", out / "config.json", "-o", tmp_path / "changed", "-q", "--no-plots")
+    one_line_error(res, "its code changed since the run", str(src.resolve()), "rerun without --config")
+    assert not (tmp_path / "changed").exists()
+
+    del cfg["hint_source"]  # a config that does not say which code ran
+    (tmp_path / "old.json").write_text(json.dumps(cfg))
+    one_line_error(kvbed("replay", "--config", tmp_path / "old.json", "-o", tmp_path / "old", "-q"),
+                   "records no hash of its code")
+
+
+def test_a_module_plugin_records_its_modules_file(tmp_path, monkeypatch):
+    from kvreplay.hints.plugins import plugin_source
+    from kvreplay.replay.engine import build_config
+
+    (tmp_path / "halves_mod.py").write_text(SIZE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        cfg = build_config(str(tmp_path / "t.parquet"), "fdp", "halves_mod:Halves", [])
+        assert cfg.hints == "halves_mod:Halves"
+        assert cfg.hint_source["file"] == str((tmp_path / "halves_mod.py").resolve())
+        assert build_config(str(tmp_path / "t.parquet"), "fdp", "hotness", []).hint_source is None
+        assert plugin_source("oracle", HINTS.get("oracle")) is None
+    finally:
+        sys.modules.pop("halves_mod", None)
+        HINTS.forget_plugins()
