@@ -19,6 +19,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.costmodel import CostParams
     from kvreplay.faults import FAULTS, FaultParams
     from kvreplay.hints import HINTS
+    from kvreplay.hints.base import NoParams
     from kvreplay.layout.params import LayoutParams
     from kvreplay.replay.params import ReplayParams
     from kvreplay.replay.ttft import RequestParams
@@ -33,7 +34,11 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "layout": (LayoutParams, "kvbed replay: how objects are placed in the namespace"),
     }
     for name in HINTS:
-        cls = HINTS.get(name).Params
+        broken = HINTS.load_error(name)
+        if broken:  # an installed entry point that does not load: listed as such, failing only when used
+            out[f"hints.{name}"] = (NoParams, f"kvbed replay --hints {name}: BROKEN, {broken}")
+            continue
+        cls = HINTS.get(name, warn=False).Params
         if any(True for _ in describe(cls)):
             out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}")
     out["faults"] = (FaultParams, "kvbed replay: injected faults and the recovery contract (also --fault, --contract)")
