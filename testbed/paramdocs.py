@@ -40,7 +40,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
             continue
         cls = HINTS.get(name, warn=False).Params
         if any(True for _ in describe(cls)):
-            out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}")
+            out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}; --param KEY, hint.KEY or hints.KEY")
     out["faults"] = (FaultParams, "kvbed replay: injected faults and the recovery contract (also --fault, --contract)")
     for name in FAULTS:
         out[f"fault.{name}"] = (FAULTS.get(name).Params, f"kvbed replay --fault {name}@TIME,key=value...")

@@ -129,7 +129,8 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
     policy_cls = HINTS.get(hints)
     classes = {"replay": ReplayParams, "layout": LayoutParams, "faults": FaultParams, "hint": policy_cls.Params,
                **device_cls.param_classes}
-    routed = split_overrides(with_options(params, options), classes, labels=replay_labels(device, hints, classes))
+    routed = split_overrides(with_options(params, options), classes, labels=replay_labels(device, hints, classes),
+                             apart=("hint",))  # a key a policy shares with kvbed's sets must say which it sets
     replay = with_overrides(ReplayParams(), routed["replay"]).validate()
     layout = with_overrides(LayoutParams(), routed["layout"]).validate()
     faults = with_overrides(FaultParams(), routed["faults"]).validate()
