@@ -82,6 +82,15 @@ class HintPolicy(abc.ABC):
     #: trace columns read besides ts_ns, op, obj_id, tier, nbytes
     columns: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A policy's own ``__init__``, ``know_device`` and ``prepare`` (the replay calls them, as it calls
+        ``_assign`` through :meth:`calling`): an exception in them gains a last line naming the policy."""
+        super().__init_subclass__(**kwargs)
+        for meth in ("__init__", "know_device", "prepare"):
+            fn = cls.__dict__.get(meth)
+            if fn is not None and not getattr(fn, "_kvbed_noting", False):
+                setattr(cls, meth, _noting(fn, meth))
+
     def __init__(self, n_classes: int, params: Any = None, *, seed: int = 0, tier: int = 3):
         if n_classes < 1:
             raise ValueError("n_classes must be >= 1")
@@ -159,10 +168,10 @@ class HintPolicy(abc.ABC):
                 raise KvbedError(f"hint policy {policy_label(self)!r} reads the trace column {col!r} "
                                  f"(batch[{col!r}] in {what}) without declaring it: add {col!r} to its `columns`"
                                  ) from None
-            exc.add_note(_raised_by(self, what))
+            _note(exc, self, what)
             raise
         except Exception as exc:
-            exc.add_note(_raised_by(self, what))
+            _note(exc, self, what)
             raise
 
     def describe(self) -> dict[str, Any]:
@@ -180,8 +189,29 @@ def policy_label(policy: Any) -> str:
     return cls.__dict__.get("name") or getattr(cls, "name", None) or cls.__name__
 
 
-def _raised_by(policy: Any, what: str) -> str:
-    return f"kvbed: the exception above was raised by hint policy {policy_label(policy)!r} (in its {what})"
+def _note(exc: BaseException, policy: Any, what: str) -> None:
+    """Add the last line naming the policy to an exception from its code (once: the innermost call says it)."""
+    if not getattr(exc, "_kvbed_policy_noted", False):
+        exc.add_note(f"kvbed: the exception above was raised by hint policy {policy_label(policy)!r} (in its {what})")
+        exc._kvbed_policy_noted = True  # type: ignore[attr-defined]
+
+
+def _noting(fn: Any, what: str) -> Any:
+    """``fn`` (a method of a policy), an exception from it noted as :func:`_note` does."""
+    import functools
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except KvbedError:
+            raise
+        except Exception as exc:
+            _note(exc, self, what)
+            raise
+
+    method._kvbed_noting = True  # type: ignore[attr-defined]
+    return method
 
 
 def checked_classes(label: str, cls: Any, n_writes: int, n_classes: int) -> np.ndarray:

@@ -249,3 +249,33 @@ def test_a_module_plugin_records_its_modules_file(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("halves_mod", None)
         HINTS.forget_plugins()
+
+
+def test_an_exception_in_a_plugins_init_or_prepare_names_the_policy_once(tmp_path, monkeypatch):
+    (tmp_path / "init_hints.py").write_text(textwrap.dedent('''
+        import numpy as np
+        from kvreplay.hints import HintPolicy
+
+        class Base(HintPolicy):
+            knows = "nothing"
+
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+                self.table = {}["missing"]
+
+            def _assign(self, batch, actions, writes):
+                return np.zeros(len(writes), np.int16)
+
+        class Child(Base):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(KeyError) as e:
+            HINTS.get("init_hints:Child")(8)
+        assert e.value.__notes__ == ["kvbed: the exception above was raised by hint policy 'init_hints:Child' "
+                                     "(in its __init__)"]
+    finally:
+        sys.modules.pop("init_hints", None)
+        HINTS.forget_plugins()
