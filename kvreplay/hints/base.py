@@ -74,6 +74,10 @@ class DeviceFacts:
 UNSEEN: Any = object()
 
 
+#: the trace columns every policy is given; ``HintPolicy.columns`` names the others it reads
+BASE_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes")
+
+
 class HintPolicy(abc.ABC):
     name: ClassVar[str]
     knows: ClassVar[str]  # one sentence: the information this policy uses
@@ -137,6 +141,7 @@ class HintPolicy(abc.ABC):
         What ``_assign`` returns is checked as it is, before any cast (:func:`checked_classes`): a numpy array of
         integers, one per write, each in ``[0, n_classes)``; anything else is a :class:`KvbedError` naming the
         policy."""
+        batch = self.own_columns(batch)
         if self.observes():
             if seen is UNSEEN:
                 seen = self.observe_batch(batch, actions, writes)
@@ -150,8 +155,18 @@ class HintPolicy(abc.ABC):
 
     def observe_batch(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> Any:
         """:meth:`observe`, its failures said as :meth:`calling` says them (the replay's reading thread calls this)."""
+        batch = self.own_columns(batch)
         with self.calling("observe", batch):
             return self.observe(batch, actions, writes)
+
+    def own_columns(self, batch: EventBatch) -> EventBatch:
+        """``batch`` with only the columns the policy may read (``ts_ns, op, obj_id, tier, nbytes`` and its
+        ``columns``): a column the replay reads for another reason (a multi-tier run's ``request_id``) is not
+        the policy's to read unless it declares it, so reading an undeclared one fails in every run alike."""
+        allowed = (*BASE_COLUMNS, *self.columns)
+        if all(k in allowed for k in batch):
+            return batch
+        return EventBatch({k: v for k, v in batch.items() if k in allowed})
 
     @contextmanager
     def calling(self, what: str, batch: EventBatch | None = None) -> Iterator[None]:

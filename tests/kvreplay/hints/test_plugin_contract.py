@@ -279,3 +279,18 @@ def test_an_exception_in_a_plugins_init_or_prepare_names_the_policy_once(tmp_pat
     finally:
         sys.modules.pop("init_hints", None)
         HINTS.forget_plugins()
+
+
+def test_a_column_the_replay_reads_for_itself_is_not_the_policys(bad):
+    """request_id is in a multi-tier replay's batches (for its request model), not the policy's to read."""
+    cls = HINTS.get("bad_hints:ReadsKind")
+    n = 4
+    batch = S.EventBatch(ts_ns=np.arange(n), op=np.full(n, S.OP_PERSIST, np.int8), obj_id=np.arange(n),
+                         tier=np.full(n, S.TIER_SSD, np.int8), nbytes=np.full(n, 1 << 20), kind=np.zeros(n, np.int8))
+    with pytest.raises(KvbedError, match="reads the trace column 'kind'"):
+        cls(4).assign(batch, np.ones(n, np.int8), np.arange(n))
+
+    class Declares(cls):
+        columns = ("kind",)
+
+    assert Declares(4).assign(batch, np.ones(n, np.int8), np.arange(n)).tolist() == [0] * n
