@@ -3,8 +3,10 @@
 
 The registry (:mod:`kvreplay.hints.registry`) resolves them (:class:`kvbed.core.registry.Plugins`); this
 module says what a plugin must be to be replayed: a concrete :class:`~kvreplay.hints.base.HintPolicy`
-subclass stating what it may know (``knows``), whose ``Params`` is a frozen dataclass and whose ``columns``
-are trace columns. Anything else is refused in one line naming the spec and what is missing.
+subclass stating what it may know (``knows``), whose ``Params`` is a frozen dataclass with a default for every
+field and whose ``columns`` are trace columns. Anything else is refused in one line naming the spec and what is
+missing. :func:`plugin_source` records the file defining a plugin and its sha256 (config.json's
+``hint_source``), and :func:`check_plugin_source` refuses a rerun from config.json on other code.
 :func:`kvreplay.hints.testing.check_online` then checks what a static check cannot: that an online plugin is
 causal and gives well-formed classes.
 

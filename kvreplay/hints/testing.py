@@ -3,14 +3,22 @@
 ``check_online(MyPolicy)`` (or ``check_online(MyPolicy, trace="my.parquet")``) checks what the online contract
 of :mod:`kvreplay.hints.base` asks and a static check cannot:
 
+- *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes). It is
+  checked first, so a policy that reads later rows of its own batch usually fails here (what it sees ahead
+  changes with the batch size);
 - *causal*: the class of every write is the same whether or not the rest of the trace exists (the policy
   is run on the whole trace and on its first ``cut`` share of events, and the classes of the prefix
-  compared) - a policy that peeks at later events, or prepares from the future, fails;
-- *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes);
+  compared) - a policy whose early classes depend on later batches fails;
 - *observe apart*: a policy that splits its work with ``observe`` gives the same classes when every batch is
   observed before the first is assigned (the replay runs observe in its reading thread, ahead of assign);
-- *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, ``assign`` gives one class per
-  write in ``[0, n_classes)`` (int16), ``describe()`` is JSON, and it is deterministic for a seed.
+- *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, what ``_assign`` gives is what
+  the replay takes (:func:`kvreplay.hints.base.checked_classes`: an integer numpy array, one class per write,
+  in ``[0, n_classes)``, checked before any cast; the trace columns read declared), ``describe()`` is JSON,
+  and it is deterministic for a seed.
+
+It compares runs of the policy on the trace it is given, so it cannot see what the policy learns elsewhere: a
+policy that reads the trace file itself (in ``__init__``, say) or a file of precomputed classes passes. It
+checks ``n_classes=4`` unless told (a default FDP replay has 8).
 
 It raises :class:`OnlineCheckFailed` (an AssertionError, so pytest shows it as a failed test) naming the
 first failed property, and returns what it checked (:class:`OnlineReport`). The oracle fails it, by design
