@@ -113,4 +113,5 @@ def markdown(names: list[str] | None = None) -> str:
 def keys_epilog(names: list[str]) -> str:
     """The ``--param`` keys of some sets, one line each, for a command's help."""
     sets = parameter_sets()
-    return "\n".join(f"  {n}: {', '.join(r['name'] for r in describe(sets[n][0]))}" for n in names)
+    return "\n".join(f"  {n}: {', '.join(r['name'] for r in describe(sets[n][0])) or f'none (`kvbed params {n}`)'}"
+                     for n in names)

@@ -312,9 +312,10 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
     sets it was looked for in (``labels``: group -> what the set is called, e.g. ``{"hint": "hints oracle",
     "flash": "device fdp"}``; default the group names) with the keys of each and the nearest matches.
 
-    A key several groups have goes to the first of them, unless one of them is in ``apart`` (a set kvbed does
-    not make, as a plugin hint policy's): then the unqualified key is refused, naming the sets and the
-    qualified keys to give, since either choice would silently leave the other set at its default.
+    A key several groups have goes to the first of them (kvbed's own sets share ``seed`` by design), unless one
+    of them is in ``apart`` (the hint policy's, whose keys a plugin's author picks): then the unqualified key is
+    refused, naming the sets and the qualified keys to give, since either choice would silently leave the other
+    set at its default.
     """
     out: dict[str, list[str]] = {g: [] for g in classes}
     apart = set(apart)

@@ -17,6 +17,7 @@ groups. Policies differ in what they may know, and each says so in ``knows``
 from __future__ import annotations
 
 import abc
+import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator
@@ -213,8 +214,6 @@ def _note(exc: BaseException, policy: Any, what: str) -> None:
 
 def _noting(fn: Any, what: str) -> Any:
     """``fn`` (a method of a policy), an exception from it noted as :func:`_note` does."""
-    import functools
-
     @functools.wraps(fn)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -18,7 +18,10 @@ def broken_dist(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-hints\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[kvbed.hints]\nbroken = no_such_module_qq:X\n"
                                            "oracle = no_such_module_qq:Y\n")
+    from testbed.cli.replay_cmd import replay
+
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(replay, "epilog", None)  # made once per process from the sets, on the first --help
     HINTS.forget_plugins()
     yield tmp_path
     monkeypatch.undo()
@@ -37,6 +40,7 @@ def test_a_broken_entry_point_breaks_no_listing(broken_dist, tmp_path):
     assert "warning" not in res.stderr  # listing every policy names none of them
     res = ok(kvbed("replay", "--help"))
     assert "broken (broken)" in " ".join(res.output.split())
+    assert "hints.broken: none (`kvbed params hints.broken`)" in res.output
     ok(kvbed("params", "hints.hotness.window"))
     spec = tmp_path / "s.toml"
     spec.write_text('[study]\nname = "v"\nseeds = [0]\n[trace]\nsynth = true\nduration_s = 30\n'
