@@ -294,3 +294,15 @@ def test_a_column_the_replay_reads_for_itself_is_not_the_policys(bad):
         columns = ("kind",)
 
     assert Declares(4).assign(batch, np.ones(n, np.int8), np.arange(n)).tolist() == [0] * n
+
+
+def test_the_default_run_directory_names_a_plugin_by_file_stem_and_class(tmp_path):
+    from kvreplay.replay.engine import build_config
+    from testbed.runname import run_name
+
+    (tmp_path / "halves.py").write_text(SIZE)
+    try:
+        cfg = build_config(str(tmp_path / "t.parquet"), "fdp", f"{tmp_path}/halves.py:Halves", [])
+        assert run_name(cfg) == "t-fdp-halves.Halves-s0"
+    finally:
+        HINTS.forget_plugins()
