@@ -19,6 +19,7 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
     from kvreplay.costmodel import CostParams
     from kvreplay.faults import FAULTS, FaultParams
     from kvreplay.hints import HINTS
+    from kvreplay.hints.base import NoParams
     from kvreplay.layout.params import LayoutParams
     from kvreplay.replay.params import ReplayParams
     from kvreplay.replay.ttft import RequestParams
@@ -33,9 +34,13 @@ def parameter_sets() -> dict[str, tuple[type, str]]:
         "layout": (LayoutParams, "kvbed replay: how objects are placed in the namespace"),
     }
     for name in HINTS:
-        cls = HINTS.get(name).Params
+        broken = HINTS.load_error(name)
+        if broken:  # an installed entry point that does not load: listed as such, failing only when used
+            out[f"hints.{name}"] = (NoParams, f"kvbed replay --hints {name}: BROKEN, {broken}")
+            continue
+        cls = HINTS.get(name, warn=False).Params
         if any(True for _ in describe(cls)):
-            out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}")
+            out[f"hints.{name}"] = (cls, f"kvbed replay --hints {name}; --param KEY, hint.KEY or hints.KEY")
     out["faults"] = (FaultParams, "kvbed replay: injected faults and the recovery contract (also --fault, --contract)")
     for name in FAULTS:
         out[f"fault.{name}"] = (FAULTS.get(name).Params, f"kvbed replay --fault {name}@TIME,key=value...")
@@ -108,4 +113,5 @@ def markdown(names: list[str] | None = None) -> str:
 def keys_epilog(names: list[str]) -> str:
     """The ``--param`` keys of some sets, one line each, for a command's help."""
     sets = parameter_sets()
-    return "\n".join(f"  {n}: {', '.join(r['name'] for r in describe(sets[n][0]))}" for n in names)
+    return "\n".join(f"  {n}: {', '.join(r['name'] for r in describe(sets[n][0])) or f'none (`kvbed params {n}`)'}"
+                     for n in names)

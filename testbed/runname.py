@@ -35,15 +35,23 @@ def _fault_parts(cfg: Any) -> list[str]:
     return parts
 
 
+def _hints_part(hints: str) -> str:
+    """A policy's name, or a plugin's file stem (module) and class: ``/home/me/my_hints.py:Size`` -> ``my_hints.Size``."""
+    target, colon, attr = hints.rpartition(":")
+    if not colon:
+        return hints
+    return f"{Path(target).stem if target.endswith('.py') else target.rpartition('/')[2]}.{attr}"
+
+
 def run_name(cfg: Any, *, on_vm: bool = False) -> str:
     """The default name of the run of ``cfg`` (a RunConfig, or a MultiTierConfig: it has ``tiers``)."""
     tiers = getattr(cfg, "tiers", None)
     if tiers:
         first = next(iter(tiers.values()))
-        body = [f"{t}.{c.device}" + (f".{c.hints}" if c.hints != "none" else "") for t, c in tiers.items()]
+        body = [f"{t}.{c.device}" + (f".{_hints_part(c.hints)}" if c.hints != "none" else "") for t, c in tiers.items()]
         seed = first.replay.seed
     else:
-        body = [cfg.device + ("-vm" if on_vm else ""), cfg.hints, *_fault_parts(cfg)]
+        body = [cfg.device + ("-vm" if on_vm else ""), _hints_part(cfg.hints), *_fault_parts(cfg)]
         seed = cfg.replay.seed
     return safe("-".join([_stem(cfg.trace), *body, f"s{seed}"]))
 

@@ -292,24 +292,44 @@ def with_options(pairs: Iterable[str], options: dict[str, Any] | None, *, what: 
     return out
 
 
+#: other spellings of a parameter group's name -> the name ``--param group.key`` routes by. The one table both
+#: ``--param`` and ``kvbed params`` read: the hint policy's group is ``hint`` to ``--param`` and its sets are
+#: titled ``hints.NAME`` by ``kvbed params`` and the docs, so either spelling names it in either place.
+GROUP_ALIASES: dict[str, str] = {"hints": "hint"}
+
+
+def group_of(name: str) -> str:
+    """A parameter group's name as ``--param`` routes it (an alias of :data:`GROUP_ALIASES` resolved)."""
+    return GROUP_ALIASES.get(name, name)
+
+
 def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str = "--param",
-                    labels: dict[str, str] | None = None) -> dict[str, list[str]]:
+                    labels: dict[str, str] | None = None, apart: Iterable[str] = ()) -> dict[str, list[str]]:
     """Route ``k=v`` pairs to whichever of several dataclasses has field ``k``.
 
     ``classes`` maps a group name to a dataclass; a key may also be qualified as
-    ``group.key``. An unknown key raises one error naming the sets it was looked for in (``labels``: group
-    -> what the set is called, e.g. ``{"hint": "hints oracle", "flash": "device fdp"}``; default the group
-    names) with the keys of each and the nearest matches.
+    ``group.key`` (a group also by an alias, :data:`GROUP_ALIASES`). An unknown key raises one error naming the
+    sets it was looked for in (``labels``: group -> what the set is called, e.g. ``{"hint": "hints oracle",
+    "flash": "device fdp"}``; default the group names) with the keys of each and the nearest matches.
+
+    A key several groups have goes to the first of them (kvbed's own sets share ``seed`` by design), unless one
+    of them is in ``apart`` (the hint policy's, whose keys a plugin's author picks): then the unqualified key is
+    refused, naming the sets and the qualified keys to give, since either choice would silently leave the other
+    set at its default.
     """
     out: dict[str, list[str]] = {g: [] for g in classes}
+    apart = set(apart)
     pairs = expand_presets(list(pairs), classes, what=what)
     for pair in pairs:
         k, v = _split_pair(pair, what)
         k = k.strip().replace("-", "_")
         if "." in k:
-            g, k = k.split(".", 1)
+            given, k = k.split(".", 1)
+            g = group_of(given)
             if g not in classes:
-                raise KvbedError(f"{what}: unknown parameter group {g!r} in {g}.{k} (groups: {', '.join(classes)})")
+                also = [f"{a} = {b}" for a, b in GROUP_ALIASES.items() if b in classes]
+                raise KvbedError(f"{what}: unknown parameter group {given!r} in {given}.{k} (groups: "
+                                 f"{', '.join(classes)}{'; ' + ', '.join(also) if also else ''})")
             if k not in field_types(classes[g]):
                 raise KvbedError(unknown_key_text(what, k, (labels or {}).get(g, g), field_types(classes[g])))
             out[g].append(f"{k}={v}")
@@ -317,6 +337,10 @@ def split_overrides(pairs: Iterable[str], classes: dict[str, type], *, what: str
         owners = [g for g, c in classes.items() if k in field_types(c)]
         if not owners:
             raise KvbedError(unknown_in_groups(what, k, classes, labels))
+        if len(owners) > 1 and apart & set(owners):
+            sets = " and ".join(f"{(labels or {}).get(g, g)} ({g}.{k})" for g in owners)
+            raise KvbedError(f"{what}: {k!r} is a key of more than one parameter set: {sets}; say which, as "
+                             f"{' or '.join(f'{g}.{k}={v}' for g in owners)}")
         out[owners[0]].append(f"{k}={v}")
     return out
 

@@ -14,7 +14,13 @@ A registry may also take entries from outside the package (``plugins=Plugins(gro
 ``module:Attr`` or ``path/to/file.py:Attr`` names an object to import, and the entry points of ``group``
 (``[project.entry-points."group"]`` of an installed distribution) are entries by their names. ``get``
 resolves both, ``names`` lists the entry points beside the registered entries, and ``check`` refuses an
-object that is not a fit entry (one line, as every other refusal). Registered names win over entry points.
+object that is not a fit entry (one line, as every other refusal).
+
+Entry points are loaded lazily, one at a time when named: one that cannot load (its distribution is broken)
+fails only when it is used, in one line, and listings say it is broken (``load_error``, ``summary``) instead
+of failing. Registered names win over entry points: an entry point named like a registered entry is never
+loaded by that name; the first lookup of the name warns once on stderr and says the ``module:Class`` spec
+that reaches the plugin (``shadowed``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,20 @@ def is_spec(name: str) -> bool:
     return ":" in name
 
 
+def _is_path(target: str) -> bool:
+    """The module part of a spec names a file (``path/file.py``), not an importable module."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def canonical_spec(spec: str) -> str:
+    """``spec`` as it names the same object from any working directory: a file's path made absolute
+    (``./my_hints.py:C`` -> ``/home/me/my_hints.py:C``); a module spec as given."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr or not _is_path(target):
+        return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}"
+
+
 def load_spec(spec: str, kind: str = "entry") -> Any:
     """The object ``module:Attr`` or ``path/file.py:Attr`` names (dotted Attr allowed); KvbedError (one line)
     naming what failed otherwise."""
@@ -55,8 +75,8 @@ def load_spec(spec: str, kind: str = "entry") -> Any:
     if not target or not attr:
         raise KvbedError(f"{kind} {spec!r}: expected module:Class or path/file.py:Class")
     try:
-        if target.endswith(".py") or "/" in target or "\\" in target:
-            path = Path(target)
+        if _is_path(target):
+            path = Path(target).expanduser()
             if not path.is_file():
                 raise KvbedError(f"{kind} {spec!r}: no such file {target!r}")
             modname = "kvbed_plugin_" + re.sub(r"\W", "_", str(path.resolve()))
@@ -96,6 +116,8 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._loaded: dict[str, T] = {}  # plugin entries by spec or entry-point name, once loaded
         self._eps: dict[str, importlib.metadata.EntryPoint] | None = None
+        self._shadowed: dict[str, importlib.metadata.EntryPoint] = {}  # entry points named like a registered entry
+        self._warned: set[str] = set()
 
     def register(self, name: str) -> Callable[[T], T]:
         if name != name.lower() or not name:
@@ -113,11 +135,18 @@ class Registry(Generic[T]):
 
         return deco
 
-    def get(self, name: str) -> T:
+    def get(self, name: str, *, warn: bool = True) -> T:
+        """The entry ``name`` (KvbedError, one line, naming the choices when there is none). ``warn``: a name that
+        both a registered entry and an entry point have warns once (listings, which name every entry, pass
+        False)."""
         try:
-            return self._items[name.lower()]
+            obj = self._items[name.lower()]
         except KeyError:
             pass
+        else:
+            if warn and self.plugins is not None and name.lower() not in self._warned:
+                self._warn_shadowed(name.lower())
+            return obj
         if self.plugins is not None:
             if name in self._loaded:
                 return self._loaded[name]
@@ -135,6 +164,10 @@ class Registry(Generic[T]):
         more = " or module:Class, path/file.py:Class" if self.plugins is not None else ""
         raise KvbedError(f"unknown {self.kind} {name!r} (choose from: {', '.join(self.names())}{more})") from None
 
+    def is_registered(self, name: str) -> bool:
+        """``name`` is an entry of the package itself (registered), not a plugin."""
+        return name.lower() in self._items
+
     def _adopt(self, name: str, obj: Any) -> T:
         """A plugin object, checked, named by how it was asked for, kept for the next lookup."""
         assert self.plugins is not None
@@ -146,17 +179,47 @@ class Registry(Generic[T]):
         return obj
 
     def entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
-        """The entry points of the plugin group by lowercase name (read once; registered names win)."""
+        """The entry points of the plugin group by lowercase name (read once, none loaded; registered names
+        win: an entry point named like one is in :meth:`shadowed` instead)."""
         if self.plugins is None:
             return {}
         if self._eps is None:
             eps = importlib.metadata.entry_points(group=self.plugins.group)
             self._eps = {ep.name.lower(): ep for ep in eps if ep.name.lower() not in self._items}
+            self._shadowed = {ep.name.lower(): ep for ep in eps if ep.name.lower() in self._items}
         return self._eps
+
+    def shadowed(self) -> dict[str, importlib.metadata.EntryPoint]:
+        """Entry points of the plugin group named like a registered entry, which wins: by lowercase name."""
+        self.entry_points()
+        return dict(self._shadowed)
+
+    def _warn_shadowed(self, name: str) -> None:
+        """Once per name: an entry point of this name exists and is not what the name gives."""
+        self._warned.add(name)
+        ep = self.shadowed().get(name)
+        if ep is not None:
+            dist = getattr(getattr(ep, "dist", None), "name", None)
+            print(f"kvbed: warning: {self.kind} {name!r} is kvbed's own; the entry point {ep.name!r} = {ep.value!r} "
+                  f"of group {self.plugins.group!r}{f' (distribution {dist})' if dist else ''} has the same name and "
+                  f"is not used (give it as {ep.value} to use it)", file=sys.stderr)
+
+    def load_error(self, name: str) -> str | None:
+        """Why entry point ``name`` cannot be used (the one line :meth:`get` would raise), or None when it loads
+        or ``name`` is not an entry point: how listings mark a broken one instead of failing."""
+        if name.lower() in self._items or name.lower() not in self.entry_points():
+            return None
+        try:
+            self.get(name, warn=False)
+        except KvbedError as exc:
+            return str(exc)
+        return None
 
     def forget_plugins(self) -> None:
         """Read the entry points again on the next lookup (after installing a distribution; tests)."""
         self._eps = None
+        self._shadowed = {}
+        self._warned.clear()
         self._loaded.clear()
 
     def names(self) -> list[str]:
@@ -167,11 +230,11 @@ class Registry(Generic[T]):
         if not is_spec(name):
             name = name.lower()
         try:
-            obj = self.get(name)
-        except KvbedError:
+            obj = self.get(name, warn=False)
+        except KvbedError as exc:
             if name in self._items or name not in self.entry_points():
                 raise
-            return ""  # an entry point that does not load: get() says why when it is used
+            return f"BROKEN: {exc}"  # an entry point that does not load: listed, failing only when used
         if self.summary_attr is not None:
             return _one_line(str(getattr(obj, self.summary_attr, "") or ""))
         if not (isinstance(obj, type) or callable(obj) and hasattr(obj, "__code__")):
@@ -198,7 +261,7 @@ class Registry(Generic[T]):
         if self.plugins is None:
             return False
         try:
-            self.get(name)
+            self.get(name, warn=False)
         except KvbedError:
             return False
         return True

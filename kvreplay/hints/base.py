@@ -17,13 +17,16 @@ groups. Policies differ in what they may know, and each says so in ``knows``
 from __future__ import annotations
 
 import abc
+import functools
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
 from kvreplay.layout.actions import pages_of
-from kvreplay.schema import EventBatch
+from kvreplay.schema import COLUMNS, EventBatch
+from kvbed.core.errors import KvbedError
 from kvbed.core.params import check_fields
 
 
@@ -72,6 +75,10 @@ class DeviceFacts:
 UNSEEN: Any = object()
 
 
+#: the trace columns every policy is given; ``HintPolicy.columns`` names the others it reads
+BASE_COLUMNS = ("ts_ns", "op", "obj_id", "tier", "nbytes")
+
+
 class HintPolicy(abc.ABC):
     name: ClassVar[str]
     knows: ClassVar[str]  # one sentence: the information this policy uses
@@ -79,6 +86,15 @@ class HintPolicy(abc.ABC):
     Params: ClassVar[type] = NoParams
     #: trace columns read besides ts_ns, op, obj_id, tier, nbytes
     columns: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A policy's own ``__init__``, ``know_device`` and ``prepare`` (the replay calls them, as it calls
+        ``_assign`` through :meth:`calling`): an exception in them gains a last line naming the policy."""
+        super().__init_subclass__(**kwargs)
+        for meth in ("__init__", "know_device", "prepare"):
+            fn = cls.__dict__.get(meth)
+            if fn is not None and not getattr(fn, "_kvbed_noting", False):
+                setattr(cls, meth, _noting(fn, meth))
 
     def __init__(self, n_classes: int, params: Any = None, *, seed: int = 0, tier: int = 3):
         if n_classes < 1:
@@ -121,15 +137,58 @@ class HintPolicy(abc.ABC):
 
     def assign(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray, seen: Any = UNSEEN) -> np.ndarray:
         """Classes (int16) for the writes of one batch, batches given in trace order; ``seen``: what
-        :meth:`observe` returned for this batch, when the caller ran it ahead."""
+        :meth:`observe` returned for this batch, when the caller ran it ahead.
+
+        What ``_assign`` returns is checked as it is, before any cast (:func:`checked_classes`): a numpy array of
+        integers, one per write, each in ``[0, n_classes)``; anything else is a :class:`KvbedError` naming the
+        policy."""
+        batch = self.own_columns(batch)
         if self.observes():
             if seen is UNSEEN:
-                seen = self.observe(batch, actions, writes)
-            cls = self._assign(batch, actions, writes, seen=seen)
+                seen = self.observe_batch(batch, actions, writes)
+            with self.calling("_assign", batch):
+                cls = self._assign(batch, actions, writes, seen=seen)
         else:
-            cls = self._assign(batch, actions, writes)
+            with self.calling("_assign", batch):
+                cls = self._assign(batch, actions, writes)
         self.writes_seen += len(writes)
-        return np.ascontiguousarray(cls, dtype=np.int16)
+        return checked_classes(policy_label(self), cls, len(writes), self.n_classes)
+
+    def observe_batch(self, batch: EventBatch, actions: np.ndarray, writes: np.ndarray) -> Any:
+        """:meth:`observe`, its failures said as :meth:`calling` says them (the replay's reading thread calls this)."""
+        batch = self.own_columns(batch)
+        with self.calling("observe", batch):
+            return self.observe(batch, actions, writes)
+
+    def own_columns(self, batch: EventBatch) -> EventBatch:
+        """``batch`` with only the columns the policy may read (``ts_ns, op, obj_id, tier, nbytes`` and its
+        ``columns``): a column the replay reads for another reason (a multi-tier run's ``request_id``) is not
+        the policy's to read unless it declares it, so reading an undeclared one fails in every run alike."""
+        allowed = (*BASE_COLUMNS, *self.columns)
+        if all(k in allowed for k in batch):
+            return batch
+        return EventBatch({k: v for k, v in batch.items() if k in allowed})
+
+    @contextmanager
+    def calling(self, what: str, batch: EventBatch | None = None) -> Iterator[None]:
+        """Run a piece of the policy's own code (``what``: the method). A trace column read from ``batch`` that
+        the policy does not declare in ``columns`` is a one-line :class:`KvbedError`; any other exception keeps its
+        traceback (the policy's author needs it) and gains a last line naming the policy."""
+        try:
+            yield
+        except KvbedError:
+            raise
+        except KeyError as exc:
+            col = exc.args[0] if len(exc.args) == 1 else None
+            if batch is not None and isinstance(col, str) and col in COLUMNS and col not in batch:
+                raise KvbedError(f"hint policy {policy_label(self)!r} reads the trace column {col!r} "
+                                 f"(batch[{col!r}] in {what}) without declaring it: add {col!r} to its `columns`"
+                                 ) from None
+            _note(exc, self, what)
+            raise
+        except Exception as exc:
+            _note(exc, self, what)
+            raise
 
     def describe(self) -> dict[str, Any]:
         """Facts for result.json (edges learned, tables sizes...)."""
@@ -137,6 +196,60 @@ class HintPolicy(abc.ABC):
 
     def memory_bytes(self) -> int:
         return 0
+
+
+def policy_label(policy: Any) -> str:
+    """What a policy (class or instance) is called in an error: its registry name (a plugin's spec), else its
+    class name."""
+    cls = policy if isinstance(policy, type) else type(policy)
+    return cls.__dict__.get("name") or getattr(cls, "name", None) or cls.__name__
+
+
+def _note(exc: BaseException, policy: Any, what: str) -> None:
+    """Add the last line naming the policy to an exception from its code (once: the innermost call says it)."""
+    if not getattr(exc, "_kvbed_policy_noted", False):
+        exc.add_note(f"kvbed: the exception above was raised by hint policy {policy_label(policy)!r} (in its {what})")
+        exc._kvbed_policy_noted = True  # type: ignore[attr-defined]
+
+
+def _noting(fn: Any, what: str) -> Any:
+    """``fn`` (a method of a policy), an exception from it noted as :func:`_note` does."""
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except KvbedError:
+            raise
+        except Exception as exc:
+            _note(exc, self, what)
+            raise
+
+    method._kvbed_noting = True  # type: ignore[attr-defined]
+    return method
+
+
+def checked_classes(label: str, cls: Any, n_writes: int, n_classes: int) -> np.ndarray:
+    """``cls``, what a policy gave for ``n_writes`` writes, as int16 once it is what the contract asks: a numpy
+    array of an integer dtype, one class per write, each in ``[0, n_classes)``. Checked on the value as given,
+    before any cast (65537 would wrap to 1 in int16, 1.9 truncate to 1): otherwise a one-line
+    :class:`KvbedError` naming the policy ``label``."""
+    def bad(what: str) -> KvbedError:
+        return KvbedError(f"hint policy {label!r} {what}")
+
+    if not isinstance(cls, np.ndarray):
+        raise bad(f"returned a {type(cls).__name__}, not a numpy array of integer classes (one per write)")
+    if cls.dtype.kind not in "iu":
+        raise bad(f"returned classes of dtype {cls.dtype}: classes are integers (an integer numpy dtype)")
+    if cls.shape != (n_writes,):
+        raise bad(f"returned {cls.shape[0] if cls.ndim == 1 else 'an array of shape ' + str(cls.shape)} classes "
+                  f"for {n_writes} writes: one class per write")
+    if n_writes:
+        lo, hi = int(cls.min()), int(cls.max())
+        if lo < 0 or hi >= n_classes:
+            outside = np.unique(cls[(cls < 0) | (cls >= n_classes)])
+            shown = ", ".join(map(str, outside[:5].tolist())) + (", ..." if len(outside) > 5 else "")
+            raise bad(f"returned a class outside [0, {n_classes}): {shown}")
+    return np.ascontiguousarray(cls, dtype=np.int16)
 
 
 def lifetime_edges(lifetime: np.ndarray, weight: np.ndarray, n_classes: int) -> np.ndarray:

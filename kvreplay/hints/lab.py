@@ -108,6 +108,7 @@ def _waf_with(replay: Any, hints: str, hint_params: Any) -> float | None:
     cfg = RunConfig.from_dict(replay.cfg.to_dict())
     cfg.hints = hints
     cfg.hint_params = hint_params
+    cfg.hint_source = None  # none and oracle are kvbed's own: the plugin's code is not theirs
     cfg.target = None  # the lab's WAFs are the embedded model's (a VM run's WAF is the model's too)
     cfg.replay = dataclasses.replace(cfg.replay, hint_lab=False, classes=replay.n_classes)
     parts = type(replay)(cfg, should_stop=replay.should_stop, trace_checked=True).run()  # the engine's class

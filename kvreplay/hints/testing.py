@@ -3,14 +3,22 @@
 ``check_online(MyPolicy)`` (or ``check_online(MyPolicy, trace="my.parquet")``) checks what the online contract
 of :mod:`kvreplay.hints.base` asks and a static check cannot:
 
+- *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes). It is
+  checked first, so a policy that reads later rows of its own batch usually fails here (what it sees ahead
+  changes with the batch size);
 - *causal*: the class of every write is the same whether or not the rest of the trace exists (the policy
   is run on the whole trace and on its first ``cut`` share of events, and the classes of the prefix
-  compared) - a policy that peeks at later events, or prepares from the future, fails;
-- *batch-independent*: the same classes whatever the batch boundaries (two different batch sizes);
+  compared) - a policy whose early classes depend on later batches fails;
 - *observe apart*: a policy that splits its work with ``observe`` gives the same classes when every batch is
   observed before the first is assigned (the replay runs observe in its reading thread, ahead of assign);
-- *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, ``assign`` gives one class per
-  write in ``[0, n_classes)`` (int16), ``describe()`` is JSON, and it is deterministic for a seed.
+- *well-formed*: ``knows`` says what it may know, ``needs_future`` is False, what ``_assign`` gives is what
+  the replay takes (:func:`kvreplay.hints.base.checked_classes`: an integer numpy array, one class per write,
+  in ``[0, n_classes)``, checked before any cast; the trace columns read declared), ``describe()`` is JSON,
+  and it is deterministic for a seed.
+
+It compares runs of the policy on the trace it is given, so it cannot see what the policy learns elsewhere: a
+policy that reads the trace file itself (in ``__init__``, say) or a file of precomputed classes passes. It
+checks ``n_classes=4`` unless told (a default FDP replay has 8).
 
 It raises :class:`OnlineCheckFailed` (an AssertionError, so pytest shows it as a failed test) naming the
 first failed property, and returns what it checked (:class:`OnlineReport`). The oracle fails it, by design
@@ -27,6 +35,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kvbed.core.errors import KvbedError
 from kvreplay import schema as S
 from kvreplay.hints.base import DeviceFacts, Future, HintPolicy
 from kvreplay.layout.actions import A_WRITE, action_table, select
@@ -78,7 +87,7 @@ def classes_of(policy_cls: type[HintPolicy], batches: Iterable[S.EventBatch], *,
     selected = ((b, *select(lut, b["op"], b["tier"])) for b in batches)
     steps = ((b, act, tidx[act[tidx] == A_WRITE]) for b, act, tidx in selected)
     if observe_ahead:
-        steps = [(b, act, writes, pol.observe(b, act, writes)) for b, act, writes in steps]
+        steps = [(b, act, writes, pol.observe_batch(b, act, writes)) for b, act, writes in steps]
     for b, act, writes, *seen in steps:
         cls = pol.assign(b, act, writes, *seen)
         if not (isinstance(cls, np.ndarray) and cls.dtype == np.int16 and cls.shape == (len(writes),)):
@@ -141,9 +150,16 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
             peak = scan_trace(reader, tier, 1 << 20).peak_live_pages
             device = DeviceFacts(page_bytes=1 << 20, unit_pages=0, logical_pages=max(1, peak))
     kw = dict(n_classes=n_classes, params=params, seed=seed, tier=tier, device=device)
-    whole = classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)
-    again = classes_of(policy_cls, _batches(batch, batch_rows[1]), **kw)
-    prefix = classes_of(policy_cls, _batches(batch.take(slice(0, int(batch.n * cut))), batch_rows[0]), **kw)
+
+    def classes(batches: Iterable[S.EventBatch], **more: Any) -> np.ndarray:
+        try:  # what the replay refuses in one line (a class out of range, a float, an undeclared column...)
+            return classes_of(policy_cls, batches, **kw, **more)
+        except KvbedError as exc:
+            raise OnlineCheckFailed(str(exc)) from None
+
+    whole = classes(_batches(batch, batch_rows[0]))
+    again = classes(_batches(batch, batch_rows[1]))
+    prefix = classes(_batches(batch.take(slice(0, int(batch.n * cut))), batch_rows[0]))
     if len(whole) == 0:
         raise OnlineCheckFailed(f"{path}: no writes on tier {S.TIERS[tier]}: nothing to check")
     if not np.array_equal(whole, again):
@@ -154,10 +170,10 @@ def check_online(policy_cls: type[HintPolicy], trace: str | Path | None = None, 
         i = int(np.flatnonzero(whole[: len(prefix)] != prefix)[0])
         raise OnlineCheckFailed(f"{name} is not causal: write {i} gets class {whole[i]} on the whole trace and "
                                 f"{prefix[i]} when the trace ends after {cut:.0%} of its events")
-    if not np.array_equal(whole, classes_of(policy_cls, _batches(batch, batch_rows[0]), **kw)):
+    if not np.array_equal(whole, classes(_batches(batch, batch_rows[0]))):
         raise OnlineCheckFailed(f"{name}: two runs with seed {seed} give different classes")
     if policy_cls.observes():  # the replay runs observe ahead of assign, in another thread
-        ahead = classes_of(policy_cls, _batches(batch, batch_rows[1]), observe_ahead=True, **kw)
+        ahead = classes(_batches(batch, batch_rows[1]), observe_ahead=True)
         if not np.array_equal(whole, ahead):
             i = _first_difference(whole, ahead)
             raise OnlineCheckFailed(f"{name}: classes change when observe runs ahead of assign (write {i}, every "

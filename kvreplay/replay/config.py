@@ -18,11 +18,13 @@ from devicemodels import DEVICES
 from kvreplay import schema as S
 from kvreplay.faults import FaultParams
 from kvreplay.hints import HINTS
+from kvreplay.hints.plugins import check_plugin_source, plugin_source
 from kvreplay.layout import LayoutParams
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.scan import ScanResult
 from kvreplay.replay.sizing import CAPACITY_FIELDS, apply_defaults, explicit_keys, size_device
 from kvbed.core.errors import KvbedError
+from kvbed.core.registry import canonical_spec, is_spec
 from kvbed.core.params import from_dict, split_overrides, to_dict, with_options, with_overrides
 from kvbed.core.version import __version__
 
@@ -63,6 +65,9 @@ class RunConfig:
     target: dict[str, Any] | None = None
     #: injected faults and the recovery contract (kvreplay.faults); recorded only when set
     faults: FaultParams = field(default_factory=FaultParams)
+    #: a plugin policy's code: {"file": absolute path, "sha256": ...} (kvreplay.hints.plugins.plugin_source);
+    #: None for kvbed's own policies. A rerun from config.json refuses code that changed since
+    hint_source: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -81,6 +86,8 @@ class RunConfig:
             d["target"] = self.target
         if self.faults.active:
             d["faults"] = to_dict(self.faults)
+        if self.hint_source is not None:
+            d["hint_source"] = dict(self.hint_source)
         return d
 
     @classmethod
@@ -88,6 +95,13 @@ class RunConfig:
         try:
             device_cls = DEVICES.get(d["device"])
             policy_cls = HINTS.get(d["hints"])
+            source = d.get("hint_source")
+            if source is not None or not HINTS.is_registered(d["hints"]):
+                if source is None:
+                    raise KvbedError(f"hint policy {d['hints']!r} is a plugin and the config records no hash of "
+                                     f"its code (hint_source): it cannot be rerun as it ran; rerun without --config",
+                                     where=where)
+                check_plugin_source(d["hints"], source, policy_cls, where=where)
             groups = {g: from_dict(c, d["device_params"][g], where=f"{where}: device_params.{g}")
                       for g, c in device_cls.param_classes.items()}
             return cls(
@@ -98,6 +112,7 @@ class RunConfig:
                 device_params=groups, explicit=list(d.get("explicit", [])), sized=True, sizing=d.get("sizing"),
                 trace_fingerprint=d["trace"].get("fingerprint"), target=d.get("target"),
                 faults=from_dict(FaultParams, d.get("faults", {}), where=f"{where}: faults").validate(),
+                hint_source=source,
             )
         except KeyError as exc:
             raise KvbedError(f"missing key {exc.args[0]!r}", where=where) from None
@@ -110,10 +125,12 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
     """Route ``--param k=v`` pairs and CLI options (``{field: value}``, the same path) to their dataclasses;
     fail early on anything unknown."""
     device_cls = DEVICES.get(device)
+    hints = canonical_spec(hints) if is_spec(hints) else hints  # a plugin's file by its absolute path
     policy_cls = HINTS.get(hints)
     classes = {"replay": ReplayParams, "layout": LayoutParams, "faults": FaultParams, "hint": policy_cls.Params,
                **device_cls.param_classes}
-    routed = split_overrides(with_options(params, options), classes, labels=replay_labels(device, hints, classes))
+    routed = split_overrides(with_options(params, options), classes, labels=replay_labels(device, hints, classes),
+                             apart=("hint",))  # a key a policy shares with kvbed's sets must say which it sets
     replay = with_overrides(ReplayParams(), routed["replay"]).validate()
     layout = with_overrides(LayoutParams(), routed["layout"]).validate()
     faults = with_overrides(FaultParams(), routed["faults"]).validate()
@@ -128,7 +145,8 @@ def build_config(trace: str | Path, device: str, hints: str, params: list[str] |
         groups["flash"] = with_overrides(groups["flash"], {"seed": replay.seed})
     path = Path(trace).expanduser().resolve()
     return RunConfig(trace=str(path), device=device, hints=hints, replay=replay, layout=layout,
-                     hint_params=hint_params, device_params=groups, explicit=sorted(explicit), faults=faults)
+                     hint_params=hint_params, device_params=groups, explicit=sorted(explicit), faults=faults,
+                     hint_source=plugin_source(hints, policy_cls))
 
 
 def replay_labels(device: str, hints: str, classes: dict[str, type]) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from kvreplay.hints.base import HintPolicy
+from kvreplay.hints.base import HintPolicy, checked_classes, policy_label
 from kvreplay.layout import OpBuffer
 from kvreplay.layout.actions import A_READ, A_WRITE, ACTION_NAMES, action_table, pages_of, select
 from kvreplay.layout.common import (
@@ -125,7 +125,7 @@ class Producer:
                 w_idx = tidx[act[tidx] == A_WRITE]
                 t2 = clock()
                 tm["select"] += t2 - t1
-                seen = self.policy.observe(batch, act, w_idx) if observes else None
+                seen = self.policy.observe_batch(batch, act, w_idx) if observes else None
                 tm["observe"] += clock() - t2
                 yield batch, act, tidx, w_idx, seen
 
@@ -138,8 +138,8 @@ class Producer:
                 cls = self.policy.assign(batch, act, w_idx, seen) if observes else self.policy.assign(batch, act,
                                                                                                         w_idx)
                 tm["hints"] += clock() - t1
-                if len(cls) and (cls.min() < 0 or cls.max() >= n_classes):
-                    raise RuntimeError(f"hint policy {self.policy.name} returned a class outside [0, {n_classes})")
+                # assign checks what _assign gave; again here for a plugin whose own assign skips that
+                cls = checked_classes(policy_label(self.policy), cls, len(w_idx), n_classes)
                 yield batch, act, tidx, cls
                 t = clock()
 

@@ -7,6 +7,7 @@ separate ``runtime`` part (runtime.json).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,8 @@ from devicemodels.histogram import NBUCKETS, LatencyHistogram
 from devicemodels.summary import io_entry
 from kvreplay.layout.actions import ACTION_NAMES
 from kvreplay.replay import record as R
+from kvbed.core.atomicio import json_default
+from kvbed.core.errors import KvbedError
 from kvbed.core.version import __version__
 
 FIO_VERSION_KEY = "kvbed version"
@@ -124,8 +127,14 @@ def job_entry(rp: Any, rows_done: int) -> dict[str, Any]:
     ]
     job["layout"] = {**{k: v for k, v in lay.items() if k != "per_stream"}, "evict_policy": rp.evict_policy,
                      "evict_policy_recorded": rp.evict_policy_source}
+    with rp.policy.calling("describe"):
+        facts = rp.policy.describe()
+    try:
+        json.dumps(facts, default=json_default)  # as result.json is written
+    except (TypeError, ValueError) as exc:
+        raise KvbedError(f"hint policy {cfg.hints!r}: describe() is not JSON for result.json ({exc})") from None
     job["hint_policy"] = {"name": cfg.hints, "knows": rp.policy.knows, "offline": rp.policy.needs_future,
-                          **rp.policy.describe()}
+                          **({"source": cfg.hint_source} if cfg.hint_source else {}), **facts}
     job["saturation"] = SAT.summary(rp.sat, cfg.replay.saturation_wait_ns, cfg.replay.saturation_backlog_ratio,
                                     cfg.replay.as_fast_as_possible)
     job["events"] = {

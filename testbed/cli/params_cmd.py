@@ -38,6 +38,8 @@ def params(names: tuple[str, ...], markdown: bool, presets: bool) -> None:
                 click.echo(f"  {k}={format_value(k, v)}    # {pr.sources.get(k, '')}")
         return
     known = parameter_sets()
+    spelled = {n: _set_name(n, known) for n in names}  # a set by either spelling of its group (hint.X, hints.X)
+    names = tuple(spelled[n] or n for n in names)
     sets = [n for n in names if n in known]
     runs = [n for n in names if n not in known and is_run_dir(n)]
     keys = [n for n in names if n not in known and n not in runs]
@@ -65,15 +67,33 @@ def params(names: tuple[str, ...], markdown: bool, presets: bool) -> None:
             _print_set(con, n, known)
 
 
+def _spellings(name: str) -> set[str]:
+    """Every spelling of a set's name or a key's set prefix, its first part by each name of its group
+    (:data:`kvbed.core.params.GROUP_ALIASES`: ``hint.hotness`` and ``hints.hotness`` are one set)."""
+    from kvbed.core.params import GROUP_ALIASES, group_of
+
+    first, dot, rest = name.partition(".")
+    group = group_of(first)
+    return {f + dot + rest for f in {first, group, *(a for a, g in GROUP_ALIASES.items() if g == group)}}
+
+
+def _set_name(name: str, known: dict) -> str | None:
+    """The set ``name`` spells (None: no set)."""
+    return next((s for s in sorted(_spellings(name)) if s in known), None)
+
+
 def _key_sets(key: str, known: dict) -> list[tuple[str, dict]]:
-    """``(set name, describe row)`` of every set with field ``key`` (``set.key`` picks one set)."""
+    """``(set name, describe row)`` of every set with field ``key`` (``set.key`` picks one set; ``hint.key``
+    or ``hints.key``, as --param takes it, every hint policy's set with that key)."""
     from kvbed.core.params import describe
 
     group, dot, field = key.rpartition(".")
     field = field.replace("-", "_")
+    prefixes = _spellings(group) if dot else set()
     out = []
     for name, (cls, _) in known.items():
-        if dot and group not in (name, name.partition(".")[2]):
+        head, _, tail = name.partition(".")
+        if dot and not prefixes & {name, tail, head}:
             continue
         out += [(name, r) for r in describe(cls) if r["name"] == field]
     return out

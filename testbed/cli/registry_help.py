@@ -35,8 +35,14 @@ def entry_names(spec: str) -> list[str]:
 
 
 def names(spec: str) -> Callable[[], str]:
-    """For ``lazy_help``: ``"a, b, c"``."""
-    return lambda: ", ".join(entry_names(spec))
+    """For ``lazy_help``: ``"a, b, c"``; an entry point that does not load is listed as ``name (broken)``
+    (``kvbed params`` says why)."""
+    def text() -> str:
+        obj = resolve(spec)
+        broken = getattr(obj, "load_error", lambda name: None)
+        return ", ".join(n + (" (broken)" if broken(n) else "") for n in entry_names(spec))
+
+    return text
 
 
 def pairs(spec: str) -> Callable[[], str]:

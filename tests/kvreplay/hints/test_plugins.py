@@ -55,11 +55,28 @@ def test_the_worked_example_is_causal_and_classes_by_size(plugin_dir, trace):
     assert cls.__name__ == "SizeClasses" and cls.name == "my_hints:SizeClasses"
     rep = check_online(cls, trace)
     assert rep.writes > 1000 and rep.prefix_writes < rep.writes
-    # by hand: log2 of size in MiB steps, capped at 3 (the fixture's objects are 4 MiB: class 2)
+    # by hand: the fixture's objects are 4 MiB, 4 pieces of 1 MiB: class 2
     got = classes_of(cls, S.TraceReader(trace).iter_batches(), n_classes=4)
     sizes = _sizes(trace)
-    assert len(got) == len(sizes)
-    assert np.array_equal(got, np.minimum(np.floor(np.log2(np.maximum(sizes >> 20, 1))), 3))
+    assert len(got) == len(sizes) and set(sizes.tolist()) == {4 << 20}
+    assert set(got.tolist()) == {2}
+
+
+def test_the_worked_example_does_what_its_help_says(plugin_dir):
+    """step_bytes: "objects up to this size go to class 0, each doubling one class up" - 1.9 MiB is class 1 (it
+    had been class 0, below 2 MiB, with the old code), 2 MiB class 1, 2.1 MiB class 2."""
+    from dataclasses import fields
+
+    cls = HINTS.get("my_hints:SizeClasses")
+    assert fields(cls.Params)[0].metadata["help"].startswith("objects up to this size go to class 0, each doubling")
+    mib = 1 << 20
+    sizes = np.array([1, mib - 1, mib, mib + 1, int(1.9 * mib), 2 * mib, int(2.1 * mib), 4 * mib, 4 * mib + 1,
+                      8 * mib, 100 * mib], np.int64)
+    batch = S.EventBatch(ts_ns=np.arange(len(sizes)), nbytes=sizes, op=np.full(len(sizes), S.OP_PERSIST, np.int8),
+                         obj_id=np.arange(len(sizes)), tier=np.full(len(sizes), S.TIER_SSD, np.int8))
+    got = cls(8).assign(batch, np.ones(len(sizes), np.int8), np.arange(len(sizes)))
+    assert got.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 7]
+    assert cls(4).assign(batch, np.ones(len(sizes), np.int8), np.arange(len(sizes))).tolist()[-1] == 3
 
 
 def test_a_plugin_runs_in_a_replay_by_file_and_by_module(plugin_dir, trace, tmp_path):
@@ -205,9 +222,19 @@ def test_a_plugin_with_the_old_three_argument_assign_still_replays(trace, tmp_pa
 def test_check_online_catches_look_ahead_out_of_range_and_the_oracle(trace):
     with pytest.raises(OnlineCheckFailed, match="batch boundaries|not causal"):
         check_online(_LooksAhead, trace)
-    with pytest.raises(OnlineCheckFailed, match=r"classes outside \[0, 4\)"):
+    with pytest.raises(OnlineCheckFailed, match=r"returned a class outside \[0, 4\): 4"):
         check_online(_OutOfRange, trace)
     with pytest.raises(OnlineCheckFailed, match="needs_future"):
         check_online(HINTS.get("oracle"), trace)
     for name in ("none", "predicted", "hotness", "type"):
         assert check_online(HINTS.get(name), trace).writes > 1000
+
+
+def test_the_docs_study_spec_with_a_plugin_validates(plugin_dir, tmp_path):
+    text = DOC.read_text()
+    m = re.search(r"```toml\n(\[study\]\nname = \"size-classes\".*?)```", text, re.S)
+    assert m, "extending.md lost its study example"
+    spec = tmp_path / "s.toml"
+    spec.write_text(m.group(1).replace("/home/me/policies/my_hints.py", str(plugin_dir / "my_hints.py")))
+    res = ok(kvbed("study", "validate", spec))
+    assert "4 points" in res.output, res.output

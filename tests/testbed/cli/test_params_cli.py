@@ -24,7 +24,7 @@ from tests.support.cli import kvbed, ok, one_line_error
 def test_error_rate_is_explained():
     res = ok(kvbed("params", "error_rate"))
     assert res.output.splitlines() == [
-        "error_rate  (set hints.noisy-oracle: kvbed replay --hints noisy-oracle)",
+        "error_rate  (set hints.noisy-oracle: kvbed replay --hints noisy-oracle; --param KEY, hint.KEY or hints.KEY)",
         "  default: 0.1",
         "  unit:    -",
         "  meaning: share of writes given a wrong class (seeded)",
