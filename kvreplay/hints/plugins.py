@@ -5,8 +5,8 @@ The registry (:mod:`kvreplay.hints.registry`) resolves them (:class:`kvbed.core.
 module says what a plugin must be to be replayed: a concrete :class:`~kvreplay.hints.base.HintPolicy`
 subclass stating what it may know (``knows``), whose ``Params`` is a frozen dataclass with a default for every
 field and whose ``columns`` are trace columns. Anything else is refused in one line naming the spec and what is
-missing. :func:`plugin_source` records the file defining a plugin and its sha256 (config.json's
-``hint_source``), and :func:`check_plugin_source` refuses a rerun from config.json on other code.
+missing. :mod:`kvreplay.hints.provenance` records the file defining a plugin and its sha256 (config.json's
+``hint_source``) and refuses a rerun from config.json on other code.
 :func:`kvreplay.hints.testing.check_online` then checks what a static check cannot: that an online plugin is
 causal and gives well-formed classes.
 
@@ -21,7 +21,6 @@ and ``kvbed replay --hints lru-age`` finds them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -63,41 +62,3 @@ def check_policy_class(spec: str, obj: Any) -> None:
 
 
 PLUGINS = Plugins(GROUP, check_policy_class)
-
-
-def plugin_source(name: str, policy_cls: type) -> dict[str, str] | None:
-    """Where a plugin policy's code is and its sha256, for config.json and result.json: ``{"file": the absolute
-    path of the source file that defines the class (the module's file for ``module:Class`` and entry points),
-    "sha256": "sha256:..."}``; None for a policy of kvbed's own (its version says which code ran)."""
-    from kvreplay.hints.registry import HINTS
-
-    if HINTS.is_registered(name):
-        return None
-    try:
-        path = Path(inspect.getfile(policy_cls)).resolve()
-    except TypeError:  # a class without a file (made at run time): nothing to hash
-        raise KvbedError(f"hint policy {name!r}: {policy_cls.__name__} has no source file; a run must record "
-                         f"the code of its policy, so define it in a module or file") from None
-    return {"file": str(path), "sha256": _sha256(path)}
-
-
-def _sha256(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def check_plugin_source(name: str, recorded: dict[str, str], policy_cls: type, *, where: str) -> None:
-    """Refuse (one line) to rerun a plugin policy whose code is not the code the run recorded."""
-    now = plugin_source(name, policy_cls)
-    try:
-        file, sha = recorded["file"], recorded["sha256"]
-    except (KeyError, TypeError):
-        raise KvbedError(f"hint_source: expected {{file, sha256}}, got {recorded!r}", where=where) from None
-    if now is None:
-        raise KvbedError(f"hint_source: {name!r} is a policy of kvbed's own now, not the plugin the run used "
-                         f"({file})", where=where)
-    if now["file"] != file:
-        raise KvbedError(f"hint policy {name!r} now loads from {now['file']}, not from {file} as in the run: "
-                         f"the code may differ, rerun without --config", where=where)
-    if now["sha256"] != sha:
-        raise KvbedError(f"hint policy {name!r}: its code changed since the run: {file} has {now['sha256'][:19]}..., "
-                         f"the run recorded {sha[:19]}...; restore that file or rerun without --config", where=where)

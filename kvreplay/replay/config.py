@@ -18,7 +18,7 @@ from devicemodels import DEVICES
 from kvreplay import schema as S
 from kvreplay.faults import FaultParams
 from kvreplay.hints import HINTS
-from kvreplay.hints.plugins import check_plugin_source, plugin_source
+from kvreplay.hints.provenance import check_plugin_source, plugin_source
 from kvreplay.layout import LayoutParams
 from kvreplay.replay.params import ReplayParams
 from kvreplay.replay.scan import ScanResult
@@ -65,7 +65,7 @@ class RunConfig:
     target: dict[str, Any] | None = None
     #: injected faults and the recovery contract (kvreplay.faults); recorded only when set
     faults: FaultParams = field(default_factory=FaultParams)
-    #: a plugin policy's code: {"file": absolute path, "sha256": ...} (kvreplay.hints.plugins.plugin_source);
+    #: a plugin policy's code: {"file": absolute path, "sha256": ...} (kvreplay.hints.provenance.plugin_source);
     #: None for kvbed's own policies. A rerun from config.json refuses code that changed since
     hint_source: dict[str, str] | None = None
 

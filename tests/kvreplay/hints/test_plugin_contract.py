@@ -235,7 +235,7 @@ def test_a_plugin_run_records_its_file_and_code_and_refuses_a_rerun_on_changed_c
 
 
 def test_a_module_plugin_records_its_modules_file(tmp_path, monkeypatch):
-    from kvreplay.hints.plugins import plugin_source
+    from kvreplay.hints.provenance import plugin_source
     from kvreplay.replay.engine import build_config
 
     (tmp_path / "halves_mod.py").write_text(SIZE)
