@@ -259,11 +259,11 @@ def replay(trace: str | None, device: str | None, hints: str | None, tiers: str 
     res = parts["result"]
     _warn_saturated(res)
     _note_index_key(res)
-    _note_replaced(earlier, run_dir)
     if res.get("error"):  # the target failed mid-run: what completed is saved, the run is not done
         raise KvbedError(f"{res['error']} (partial result, stopped at row {res.get('stopped_at_row')}, in {run_dir})")
     if res.get("interrupted"):
         raise Interrupted(_interrupted_text(res, run_dir))
+    _note_replaced(earlier, run_dir)  # after the one-line endings above, which stay one line
     if res["incomplete"]:
         click.echo(f"kvbed: partial result (stopped at row {res.get('stopped_at_row')}) in {run_dir}", err=True)
     failed = [c for c in (res.get("vm") or {}).get("cross_checks") or [] if not c["ok"]]
@@ -319,11 +319,11 @@ def _replay_tiers(trace: str | None, tiers: str | None, tier_devices: tuple[str,
     elif not quiet:
         _print_tiers_summary(_console(), parts, run_dir)
     _warn_saturated(res)
-    _note_replaced(earlier, run_dir)
     if res.get("error"):
         raise KvbedError(f"{res['error']} (partial result in {run_dir})")
     if res.get("interrupted"):
         raise Interrupted(_interrupted_text(res, run_dir))
+    _note_replaced(earlier, run_dir)
     if res["incomplete"]:
         click.echo(f"kvbed: partial result in {run_dir}", err=True)
 
