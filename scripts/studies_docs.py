@@ -3,7 +3,7 @@
 
 From each study directory given (results/studies/<name>), everything comes from the saved study files:
 
-- docs/findings.md: per study its findings (testbed.study.report.findings), its end-to-end WAF by hint
+- docs/findings.md: per study its findings (testbed.study.findings), its end-to-end WAF by hint
   policy with 95% intervals and, in a hint-lab study, the share of the oracle's WAF cut per policy;
 - the README's headline (between ``<!-- findings:headline -->`` and ``<!-- findings:end -->``): the oracle's
   and predicted hints' WAF change per device of each study and the best practical policy's share of the
@@ -75,7 +75,9 @@ def section(study_dir: Path) -> str:
 
     from testbed.study import table
     from testbed.study.labreport import FORMULA, share_table
-    from testbed.study.report import _setting_cols, md_table, findings, interval_note, pivot_markdown
+    from testbed.study.aggregate import setting_cols
+    from testbed.study.findings import findings
+    from testbed.study.report import interval_note, md_table, pivot_markdown
     from testbed.study.table import dimensions
 
     doc = json.loads((study_dir / "study.json").read_text())
@@ -90,7 +92,7 @@ def section(study_dir: Path) -> str:
     if piv:
         out += [f"<details markdown=\"1\"><summary>end-to-end WAF by hint policy ({interval_note(summary)})</summary>", "",
                 piv, "", "</details>", ""]
-    shares = share_table(df, _setting_cols(doc))
+    shares = share_table(df, setting_cols(doc))
     if shares:  # a hint-lab study: the share of the oracle's WAF cut per policy
         out += [f"<details markdown=\"1\"><summary>share of the oracle's WAF cut captured, {FORMULA} (per setting "
                 "the mean over seeds; the worst WAF change against the grid's none points)</summary>", "",

@@ -2,7 +2,7 @@
 
 A fault study (``replay.param.fault`` and ``replay.param.contract`` axes, the fault metrics) asks what each
 contract lets through and what catching costs; its points all use one hint policy, so the WAF-by-policy
-findings of :mod:`testbed.study.report` say nothing about it. Counts are the mean over seeds of each setting,
+findings of :mod:`testbed.study.findings` say nothing about it. Counts are the mean over seeds of each setting,
 then summed over the fault settings - the sentences say "summed", and each row of the plot is one setting.
 """
 

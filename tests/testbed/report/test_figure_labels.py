@@ -196,7 +196,7 @@ def test_a_multi_tier_run_flags_each_tier(tmp_path, synth_trace):
 
 
 def _findings(seeds):
-    from testbed.study.report import findings
+    from testbed.study.findings import findings
 
     rows = []
     for seed in seeds:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from testbed.study.faultreport import fault_findings, loads_by_contract_figure
-from testbed.study.report import findings
+from testbed.study.findings import findings
 
 FAULT, CONTRACT = "replay.param.fault", "replay.param.contract"
 COLS = [FAULT, CONTRACT]

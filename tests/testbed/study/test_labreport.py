@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from testbed.study.labreport import lab_findings, oracle_share_figure, share_table
-from testbed.study.report import findings
+from testbed.study.findings import findings
 from tests.support.cli import kvbed, ok
 from tests.support.paths import ROOT
 

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 
 from testbed.study.labreport import lab_findings
-from testbed.study.report import findings, interval_note, md_table, pivot_markdown
+from testbed.study.findings import findings
+from testbed.study.report import interval_note, md_table, pivot_markdown
 from testbed.study.table import summarize
 
 OP = "replay.param.op_ratio"

@@ -132,7 +132,6 @@ def test_a_plugin_path_is_relative_to_the_spec(tmp_path, monkeypatch):
 
 
 def test_the_old_name_of_the_gc_stall_sum_is_read_as_the_new():
-    from testbed.study.spec import _Spec  # noqa: F401  (the spec module loads)
     from testbed.study.table import shown_metrics
 
     assert shown_metrics(["waf", "gc_stall_ns"]) == ["waf", "gc_stall_total_ns"]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.study.report import bars_figure, lines_figure, per_ruh_figure
+from testbed.study.plots import bars_figure, lines_figure, per_ruh_figure
 
 DOC = {"axes": {"replay.hints": [], "replay.param.op_ratio": []}, "zips": [], "traces": {"a": {"label": "t"}}}
 OPS = (0.07, 0.28)
