@@ -5,8 +5,9 @@ A test that changes a trace copies it first; these are the inputs several test f
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -43,3 +44,23 @@ def synth_trace(tmp_path_factory) -> Callable[[int], Path]:
         return made[duration_s]
 
     return get
+
+
+@pytest.fixture
+def plugin_module(tmp_path, monkeypatch) -> Iterator[Callable[[str, str], Path]]:
+    """``plugin_module(name, source)``: ``source`` written as NAME.py in a directory outside the repository
+    (returned), importable as NAME; afterwards the module and every hint policy loaded as a plugin are forgotten."""
+    from kvreplay.hints import HINTS
+
+    names: list[str] = []
+
+    def make(name: str, source: str) -> Path:
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        names.append(name)
+        return tmp_path
+
+    yield make
+    for name in names:
+        sys.modules.pop(name, None)
+    HINTS.forget_plugins()

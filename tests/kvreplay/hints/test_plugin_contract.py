@@ -84,12 +84,8 @@ BAD = textwrap.dedent('''
 
 
 @pytest.fixture
-def bad(tmp_path, monkeypatch):
-    (tmp_path / "bad_hints.py").write_text(BAD)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("bad_hints", None)
-    HINTS.forget_plugins()
+def bad(plugin_module):
+    return plugin_module("bad_hints", BAD)
 
 
 @pytest.fixture(scope="module")
@@ -234,25 +230,20 @@ def test_a_plugin_run_records_its_file_and_code_and_refuses_a_rerun_on_changed_c
                    "records no hash of its code")
 
 
-def test_a_module_plugin_records_its_modules_file(tmp_path, monkeypatch):
+def test_a_module_plugin_records_its_modules_file(plugin_module):
     from kvreplay.hints.provenance import plugin_source
     from kvreplay.replay.engine import build_config
 
-    (tmp_path / "halves_mod.py").write_text(SIZE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        cfg = build_config(str(tmp_path / "t.parquet"), "fdp", "halves_mod:Halves", [])
-        assert cfg.hints == "halves_mod:Halves"
-        assert cfg.hint_source["file"] == str((tmp_path / "halves_mod.py").resolve())
-        assert build_config(str(tmp_path / "t.parquet"), "fdp", "hotness", []).hint_source is None
-        assert plugin_source("oracle", HINTS.get("oracle")) is None
-    finally:
-        sys.modules.pop("halves_mod", None)
-        HINTS.forget_plugins()
+    d = plugin_module("halves_mod", SIZE)
+    cfg = build_config(str(d / "t.parquet"), "fdp", "halves_mod:Halves", [])
+    assert cfg.hints == "halves_mod:Halves"
+    assert cfg.hint_source["file"] == str((d / "halves_mod.py").resolve())
+    assert build_config(str(d / "t.parquet"), "fdp", "hotness", []).hint_source is None
+    assert plugin_source("oracle", HINTS.get("oracle")) is None
 
 
-def test_an_exception_in_a_plugins_init_or_prepare_names_the_policy_once(tmp_path, monkeypatch):
-    (tmp_path / "init_hints.py").write_text(textwrap.dedent('''
+def test_an_exception_in_a_plugins_init_or_prepare_names_the_policy_once(plugin_module):
+    plugin_module("init_hints", textwrap.dedent('''
         import numpy as np
         from kvreplay.hints import HintPolicy
 
@@ -270,15 +261,10 @@ def test_an_exception_in_a_plugins_init_or_prepare_names_the_policy_once(tmp_pat
             def __init__(self, *a, **kw):
                 super().__init__(*a, **kw)
     '''))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        with pytest.raises(KeyError) as e:
-            HINTS.get("init_hints:Child")(8)
-        assert e.value.__notes__ == ["kvbed: the exception above was raised by hint policy 'init_hints:Child' "
-                                     "(in its __init__)"]
-    finally:
-        sys.modules.pop("init_hints", None)
-        HINTS.forget_plugins()
+    with pytest.raises(KeyError) as e:
+        HINTS.get("init_hints:Child")(8)
+    assert e.value.__notes__ == ["kvbed: the exception above was raised by hint policy 'init_hints:Child' "
+                                 "(in its __init__)"]
 
 
 def test_a_column_the_replay_reads_for_itself_is_not_the_policys(bad):

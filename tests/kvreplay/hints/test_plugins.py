@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -30,13 +29,9 @@ def _example() -> str:
 
 
 @pytest.fixture
-def plugin_dir(tmp_path, monkeypatch):
+def plugin_dir(plugin_module):
     """The doc's example as my_hints.py in a directory outside the repository, importable as my_hints."""
-    (tmp_path / "my_hints.py").write_text(_example())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("my_hints", None)
-    HINTS.forget_plugins()
+    return plugin_module("my_hints", _example())
 
 
 @pytest.fixture(scope="module")
