@@ -484,8 +484,11 @@ def comparison_figure(runs: list[Run]) -> Figure:
     x = np.arange(len(runs))
     wafs = [r.job.get("end_to_end_waf") for r in runs]
     # runs that wrote different bytes for the trace's objects (a recovery contract's headers, another page size)
-    # divide their WAFs by different amounts: then the flash writes themselves are compared
-    by_media = len({r.job.get("user_bytes_written") for r in runs if not r.result.get("incomplete")} - {None}) > 1
+    # divide their WAFs by different amounts: then the flash writes themselves are compared, as the table does
+    from testbed.report import denominators_differ
+
+    by_media = denominators_differ([{"tier": r.job.get("tier"), "user_bytes_written": r.job.get("user_bytes_written"),
+                                     "incomplete": bool(r.result.get("incomplete"))} for r in runs])
     vals = [r.job.get("media_bytes_written") for r in runs] if by_media else wafs
     base = vals[0] if runs else None
     change = [100 * (v / base - 1) if (v and base) else np.nan for v in vals]
