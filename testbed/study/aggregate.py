@@ -12,6 +12,7 @@ T2 = 12.706  # the 95% Student-t factor of a mean of 2 samples (testbed.study.ta
 
 
 def fmt_value(metric: str, v: Any) -> str:
+    """A metric's value as the report's tables print it: time and size with units, WAF to 4 decimals."""
     if v is None or v != v:
         return "-"
     if metric.endswith("_ns"):
@@ -35,6 +36,8 @@ def setting_cols(doc: dict[str, Any]) -> list[str]:
 
 
 def aggregate(df: Any, keys: list[str], metric: str) -> Any:
+    """Per group of ``keys`` (finished points only): ``metric``'s mean, std, seed count, distinct values, and
+    the 95% interval half-width ``ci95``."""
     from testbed.study.table import t975
 
     ok = df[df["status"] == "ok"]

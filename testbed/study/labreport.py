@@ -47,18 +47,15 @@ def per_setting(df: Any, cols: list[str]) -> Any:
     None when no point carries a share (a study without the hint lab)."""
     import numpy as np
 
-    from testbed.study.table import setting_label, t975
+    from testbed.study.aggregate import aggregate
+    from testbed.study.table import setting_label
 
     ok = df[df["status"] == "ok"]
     if SHARE not in ok.columns or ok[SHARE].isna().all():
         return None
     keys = ["device", *cols, "policy"]
-    g = ok.groupby(keys, sort=False, dropna=False)
-    per = g[SHARE].agg(["mean", "std", "count", "nunique"]).reset_index().rename(columns={"nunique": "distinct"})
-    per["waf"] = g["end_to_end_waf"].mean().to_numpy()
-    # seeds that all gave one share are one sample: no interval (as from 1 seed)
-    per["ci95"] = [t975(int(n)) * s / n ** 0.5 if n >= 2 and s == s and u > 1 else np.nan
-                   for s, n, u in zip(per["std"], per["count"], per["distinct"])]
+    per = aggregate(df, keys, SHARE)  # seeds that all gave one share are one sample: no interval (as from 1 seed)
+    per["waf"] = aggregate(df, keys, "end_to_end_waf")["mean"].to_numpy()
     per["setting"] = [setting_label(r, cols) for _, r in per.iterrows()]
     base = {(r["device"], r["setting"]): r["waf"] for _, r in per[per["policy"] == "none"].iterrows()}
     per["none_waf"] = [base.get((r["device"], r["setting"]), np.nan) for _, r in per.iterrows()]
