@@ -409,9 +409,11 @@ def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]])
 
 
 def summary_json(result: dict[str, Any]) -> dict[str, Any]:
+    """crossover.json (and ``--json``): the configuration and rows, the kvbed version, and ``incomplete`` (false:
+    an interrupted write of the outputs sets it, :func:`mark_incomplete`)."""
     from kvbed.core.version import __version__
 
-    return {"kvbed_version": __version__, **{k: v for k, v in result.items() if k != "curves"}}
+    return {"kvbed_version": __version__, **{k: v for k, v in result.items() if k != "curves"}, "incomplete": False}
 
 
 def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> list[Path]:
@@ -428,7 +430,7 @@ def write_outputs(result: dict[str, Any], out: Path, interrupt: Any = None) -> l
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "crossover.csv", CROSSOVER_COLUMNS, result["crossover"])
     _write_csv(out / "curves.csv", CURVE_COLUMNS, result["curves"])
-    write_json(out / "crossover.json", {**summary_json(result), "incomplete": False})
+    write_json(out / "crossover.json", summary_json(result))
     if stopped():
         mark_incomplete(out, interrupt.phase)
     return [out / "crossover.csv", out / "curves.csv", out / "crossover.json"]

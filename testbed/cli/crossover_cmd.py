@@ -77,7 +77,7 @@ def crossover(params: tuple[str, ...], out: Path | None, as_json: bool, **option
     if as_json:
         from kvbed.core.atomicio import json_default
 
-        click.echo(json.dumps({**summary_json(res), "incomplete": False}, indent=2, default=json_default))
+        click.echo(json.dumps(summary_json(res), indent=2, default=json_default))
         return
     _print_table(res)
     for path in paths:
