@@ -55,7 +55,8 @@ Mooncake and never follows on the synthetic trace (kvreplay/hints/learned.py has
 Everything is counted in trace order inside the kernel, so classes never depend on batch boundaries, and only
 deaths already seen count (the guard is as causal as the policy it guards). Abstention is reported in the
 policy's ``describe()`` (share of writes and bytes abstained, and apart the part of it the policy gave no
-opinion on, e.g. before a model's first fit; decisions that switched, the separation at the last decision). ``--param abstain=false`` gives the policy's classes unguarded (as before the guard).
+opinion on, e.g. before a model's first fit; decisions that switched, the separation at the last decision).
+``--param abstain=false`` gives the policy's classes unguarded (as before the guard).
 """
 
 from __future__ import annotations
